@@ -1,0 +1,54 @@
+"""What every algorithm provides to the one worker loop. The loop never branches on the algorithm;
+the algorithm never knows which backend runs it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from asyncrl.config import Config
+from asyncrl.envs import EnvInfo
+from asyncrl.models import ModelSpec
+from asyncrl.rollout import Rollout
+
+
+class Algorithm(ABC):
+    """One algorithm of the paper: its network, its behaviour policy and its loss."""
+
+    name: str
+    #: whether workers keep a target network theta^- (the Q-learners do, A3C does not)
+    uses_target_network: bool = False
+
+    def __init__(self, cfg: Config, info: EnvInfo):
+        self.cfg = cfg
+        self.info = info
+
+    @abstractmethod
+    def model_spec(self) -> ModelSpec: ...
+
+    def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:  # noqa: B027
+        """Per-worker state (the Q-learners' exploration schedule); nothing by default."""
+
+    @abstractmethod
+    def act(
+        self, model: nn.Module, obs: torch.Tensor, global_step: int, gen: torch.Generator
+    ) -> torch.Tensor:
+        """Behaviour actions for a batch of observations ``(B, obs_dim)``; runs under no_grad."""
+
+    @abstractmethod
+    def loss(
+        self, model: nn.Module, rollout: Rollout, target_model: nn.Module | None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss whose gradient is the rollout's accumulated update, and statistics."""
+
+    @staticmethod
+    @abstractmethod
+    def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        """The evaluation policy's actions (argmax) for ``(B, obs_dim)`` observations."""
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,146 @@
+"""``asyncrl train | eval | plot``. The train options are generated from :class:`Config`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from typing import Any, NoReturn
+
+from asyncrl.config import PRESETS, Config, field_docs, preset
+from asyncrl.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    hints = typing.get_type_hints(Config)
+    docs = field_docs()
+    for f in dataclasses.fields(Config):
+        hint = hints[f.name]
+        flag = "--" + f.name.replace("_", "-")
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
+        default = f.default
+        help_ = f"{docs.get(f.name, '')} (default: {default})"
+        args = typing.get_args(hint)
+        optional = type(None) in args
+        if optional:
+            hint = next(a for a in args if a is not type(None))
+            args = typing.get_args(hint)
+        origin = typing.get_origin(hint)
+        if hint is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif origin is typing.Literal:
+            kw["choices"] = list(args)
+        elif origin is tuple:
+            kw.update(type=args[0], nargs="+")
+        elif hint in (int, float, str):
+            kw["type"] = hint
+        else:  # pragma: no cover - a new field type must be taught to the CLI
+            raise TypeError(f"no CLI mapping for {f.name}: {hint}")
+        if isinstance(hint, types.UnionType):  # pragma: no cover
+            raise TypeError(f"no CLI mapping for {f.name}: {hint}")
+        parser.add_argument(flag, help=help_.replace("%", "%%"), **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="asyncrl", description="Asynchronous deep RL (A3C and friends) on CPUs.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train an agent (default: A3C on CartPole-v1, all cores)")
+    t.add_argument("--preset", choices=PRESETS, default="cartpole",
+                   help="base hyper-parameters: the tuned CartPole defaults or the paper's")
+    t.add_argument("--debug", action="store_true", help="show tracebacks")
+    _add_config_options(t)
+
+    e = sub.add_parser("eval", help="mean and std of the return of a saved policy")
+    e.add_argument("run_dir", metavar="RUN_DIR")
+    e.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
+    e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
+    e.add_argument("--stochastic", action="store_true",
+                   help="A3C: sample actions instead of taking the most likely one")
+    e.add_argument("--debug", action="store_true", help="show tracebacks")
+
+    pl = sub.add_parser("plot", help="PNG learning curve of a run")
+    pl.add_argument("run_dir", metavar="RUN_DIR")
+    pl.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/learning_curve.png)")
+    pl.add_argument("--window", type=int, default=100, help="rolling-mean window (default: 100)")
+    pl.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def _train(ns: argparse.Namespace) -> int:
+    from asyncrl.trainer import train
+
+    fields = {f.name for f in dataclasses.fields(Config)}
+    given = {k: v for k, v in vars(ns).items() if k in fields}
+    if "hidden" in given:
+        given["hidden"] = tuple(given["hidden"])
+    cfg = preset(ns.preset, **given)
+    s = train(cfg)
+    if s["solved"]:
+        print(
+            f"solved: mean return {s['rolling_return']:.1f} >= {s['target_return']:g} after "
+            f"{s['solve_steps']:,} steps, {s['solve_seconds']:.1f} s"
+        )
+    else:
+        ret = "-" if s["rolling_return"] is None else f"{s['rolling_return']:.1f}"
+        print(f"not solved: step budget spent ({s['total_steps']:,} steps), mean return {ret}")
+    print(f"{s['total_steps']:,} steps in {s['wall_seconds']:.1f} s "
+          f"({s['steps_per_second']:,.0f} steps/s); run directory: {s['run_dir']}")
+    return 0
+
+
+def _eval(ns: argparse.Namespace) -> int:
+    import statistics
+
+    from asyncrl.policy import evaluate
+
+    rets = evaluate(ns.run_dir, ns.episodes, ns.seed, deterministic=not ns.stochastic)
+    std = statistics.pstdev(rets)
+    print(f"mean return {statistics.fmean(rets):.2f} +/- {std:.2f} over {len(rets)} episodes")
+    return 0
+
+
+def _plot(ns: argparse.Namespace) -> int:
+    from asyncrl.plot import plot_run
+
+    if ns.window < 1:
+        raise UserError(f"--window: must be >= 1, got {ns.window}")
+    print(plot_run(ns.run_dir, ns.out, ns.window))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    handler = {"train": _train, "eval": _eval, "plot": _plot}[ns.command]
+    try:
+        return handler(ns)
+    except UserError as e:
+        if ns.debug:
+            raise
+        print(f"asyncrl {ns.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"asyncrl {ns.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        from asyncrl.monitor import WorkerError
+
+        if ns.debug:
+            if isinstance(e, WorkerError) and e.details:
+                print(e.details, file=sys.stderr)
+            raise
+        print(f"asyncrl {ns.command}: error: {e} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Environment construction and space checks.
+
+Workers step a Gymnasium *vector* env (several copies of the env in one batched forward pass).
+Where the env ships a natively vectorized implementation (CartPole does), it is used: one numpy
+step for the whole batch instead of a Python loop over envs.
+
+Gymnasium 1.x vector envs autoreset in *next-step* mode: the step that ends an episode returns
+the final observation, and the following step resets that env (its action is ignored, its reward
+is 0). The worker therefore sees the final observation as the next row of the rollout -- which is
+exactly what a truncated episode must bootstrap from -- and masks out the reset step.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from asyncrl.errors import UserError
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What the trainer learns from probing the env once."""
+
+    env_id: str
+    obs_dim: int
+    obs_shape: tuple[int, ...]
+    n_actions: int
+    reward_threshold: float | None
+    max_episode_steps: int | None
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as e:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+        hint = f"did you mean {', '.join(close)}?" if close else "list ids with gymnasium.pprint_registry()"
+        raise UserError(f"--env: unknown environment id {env_id!r} ({type(e).__name__}); {hint}") from None
+
+
+def probe_env(env_id: str, algo: str) -> EnvInfo:
+    """Build the env once to read its spaces; reject spaces the algorithms cannot handle."""
+    spec = env_spec(env_id)
+    try:
+        env = gym.make(env_id)
+    except Exception as e:  # an optional dependency of the env missing, say
+        raise UserError(f"--env: cannot create {env_id!r}: {e}") from None
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    if not isinstance(act_space, gym.spaces.Discrete):
+        raise UserError(
+            f"--env: {env_id} has a {type(act_space).__name__} action space; {algo} supports "
+            "Discrete action spaces only (choose a discrete-action env such as CartPole-v1)"
+        )
+    if not isinstance(obs_space, gym.spaces.Box) or obs_space.shape is None:
+        raise UserError(
+            f"--env: {env_id} has a {type(obs_space).__name__} observation space; asyncrl "
+            "supports Box observations (wrap the env with gymnasium.wrappers.FlattenObservation)"
+        )
+    return EnvInfo(
+        env_id=env_id,
+        obs_dim=int(np.prod(obs_space.shape)),
+        obs_shape=tuple(obs_space.shape),
+        n_actions=int(act_space.n),
+        reward_threshold=spec.reward_threshold,
+        max_episode_steps=spec.max_episode_steps,
+    )
+
+
+def make_vec_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of the env, natively vectorized where the env offers it."""
+    spec = env_spec(env_id)
+    mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
+    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
+    autoreset = env.metadata.get("autoreset_mode")
+    if autoreset is not None and autoreset != gym.vector.AutoresetMode.NEXT_STEP:
+        raise RuntimeError(f"{env_id}: expected next-step autoreset, got {autoreset}")
+    return env

@@ -1,0 +1,153 @@
+"""Shared optimizers, gradient accumulation and the learning-rate schedule.
+
+The global parameters live in one flat tensor (see :func:`asyncrl.models.flatten_parameters`).
+A shared optimizer owns statistics of the same shape, created in shared memory *before* the
+workers start, and applies a worker's flat gradient to the global vector in a few fused ops,
+without locks (Hogwild, Recht et al., 2011), as the paper does.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from asyncrl.models import flat_grad
+
+
+def _shared_zeros_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(t).share_memory_()
+
+
+class SharedRMSprop:
+    """RMSProp with statistics shared by every worker (the paper's "Shared RMSProp", S7/S8).
+
+        g     <- alpha * g + (1 - alpha) * grad^2
+        theta <- theta - lr * grad / sqrt(g + eps)
+
+    ``eps`` is *inside* the square root as in the paper and TensorFlow; ``torch.optim.RMSprop``
+    puts it outside, which matters with the paper's eps = 0.1.
+    """
+
+    def __init__(self, params: torch.Tensor, lr: float, alpha: float = 0.99, eps: float = 0.1):
+        if params.dim() != 1:
+            raise ValueError("SharedRMSprop takes the flat parameter vector")
+        self.params = params
+        self.lr, self.alpha, self.eps = lr, alpha, eps
+        self.square_avg = _shared_zeros_like(params)
+
+    def step(self, grad: torch.Tensor, lr: float | None = None) -> None:
+        lr = self.lr if lr is None else lr
+        self.square_avg.mul_(self.alpha).addcmul_(grad, grad, value=1.0 - self.alpha)
+        self.params.addcdiv_(grad, self.square_avg.add(self.eps).sqrt_(), value=-lr)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"square_avg": self.square_avg.clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.square_avg.copy_(state["square_avg"])
+
+
+class SharedAdam:
+    """Adam with shared moments *and a shared step counter*.
+
+    Several popular A3C repositories keep Adam's step per process, so the bias correction of
+    every worker restarts from step 1; here the counter is one shared tensor. Its increment is
+    not atomic across processes (Hogwild): a lost increment only nudges the bias correction.
+    """
+
+    def __init__(
+        self,
+        params: torch.Tensor,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
+        if params.dim() != 1:
+            raise ValueError("SharedAdam takes the flat parameter vector")
+        self.params = params
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.exp_avg = _shared_zeros_like(params)
+        self.exp_avg_sq = _shared_zeros_like(params)
+        self.step_count = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def step(self, grad: torch.Tensor, lr: float | None = None) -> None:
+        lr = self.lr if lr is None else lr
+        b1, b2 = self.betas
+        self.step_count.add_(1)
+        t = int(self.step_count.item())
+        self.exp_avg.mul_(b1).add_(grad, alpha=1.0 - b1)
+        self.exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1.0 - b2)
+        denom = (self.exp_avg_sq / (1.0 - b2**t)).sqrt_().add_(self.eps)
+        self.params.addcdiv_(self.exp_avg, denom, value=-lr / (1.0 - b1**t))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            "exp_avg": self.exp_avg.clone(),
+            "exp_avg_sq": self.exp_avg_sq.clone(),
+            "step_count": self.step_count.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.exp_avg.copy_(state["exp_avg"])
+        self.exp_avg_sq.copy_(state["exp_avg_sq"])
+        self.step_count.copy_(state["step_count"])
+
+
+SharedOptimizer = SharedRMSprop | SharedAdam
+
+
+def make_optimizer(
+    name: str, params: torch.Tensor, lr: float, rms_alpha: float, eps: float
+) -> SharedOptimizer:
+    if name == "rmsprop":
+        return SharedRMSprop(params, lr, alpha=rms_alpha, eps=eps)
+    if name == "adam":
+        return SharedAdam(params, lr, eps=eps)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+def linear_lr(lr: float, step: int, total_steps: int) -> float:
+    """The paper's schedule: lr annealed linearly to 0 over the step budget."""
+    return lr * max(0.0, 1.0 - step / total_steps)
+
+
+def clip_grad_norm_(grad: torch.Tensor, max_norm: float) -> float:
+    """Scale the flat gradient in place to norm <= max_norm; return the norm before clipping."""
+    norm = float(grad.norm())
+    if max_norm > 0 and norm > max_norm:
+        grad.mul_(max_norm / (norm + 1e-6))
+    return norm
+
+
+class GradientAccumulator:
+    """Sums per-step gradients of a local model, then applies them once (accumulate/apply/reset).
+
+    The paper's actor-learners accumulate d(theta) over up to t_max steps and apply it in one
+    asynchronous update. For a loss that is a sum over steps, one batched backward pass gives
+    the same gradient (see the tests); this class serves algorithms that add gradients step by
+    step, such as one-step Q-learning and Sarsa with their I_AsyncUpdate.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.buffer = torch.zeros(sum(p.numel() for p in model.parameters()))
+        self.count = 0
+
+    def accumulate(self, loss: torch.Tensor | None = None) -> None:
+        """Add the model's current gradient (of ``loss``, if given) to the sum."""
+        if loss is not None:
+            loss.backward()
+        self.buffer.add_(flat_grad(self.model))
+        self.model.zero_grad(set_to_none=True)
+        self.count += 1
+
+    def apply(self, optimizer: SharedOptimizer, lr: float | None = None, max_norm: float = 0.0) -> float:
+        """Clip the summed gradient, apply it with the shared optimizer, reset; return its norm."""
+        norm = clip_grad_norm_(self.buffer, max_norm)
+        optimizer.step(self.buffer, lr)
+        self.reset()
+        return norm
+
+    def reset(self) -> None:
+        self.buffer.zero_()
+        self.count = 0
