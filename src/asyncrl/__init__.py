@@ -1,9 +1,9 @@
 """asyncrl: asynchronous deep reinforcement learning (Mnih et al., 2016) on plain CPUs.
 
-    >>> import asyncrl
-    >>> summary = asyncrl.train(env="CartPole-v1", workers=2)      # doctest: +SKIP
-    >>> policy = asyncrl.load(summary["run_dir"])                  # doctest: +SKIP
-    >>> policy.act(obs)                                            # doctest: +SKIP
+>>> import asyncrl
+>>> summary = asyncrl.train(env="CartPole-v1", workers=2)      # doctest: +SKIP
+>>> policy = asyncrl.load(summary["run_dir"])                  # doctest: +SKIP
+>>> policy.act(obs)                                            # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -48,30 +48,44 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, help=help_.replace("%", "%%"), **kw)
 
 
+def _debug(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: `asyncrl --debug eval ...` must not be reset by the subcommand's default.
+    parser.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="asyncrl", description="Asynchronous deep RL (A3C and friends) on CPUs.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train an agent (default: A3C on CartPole-v1, all cores)")
-    t.add_argument("--preset", choices=PRESETS, default="cartpole",
-                   help="base hyper-parameters: the tuned CartPole defaults or the paper's")
-    t.add_argument("--debug", action="store_true", help="show tracebacks")
+    t.add_argument(
+        "--preset",
+        choices=PRESETS,
+        default="cartpole",
+        help="base hyper-parameters: the tuned CartPole defaults or the paper's",
+    )
+    _debug(t)
     _add_config_options(t)
 
     e = sub.add_parser("eval", help="mean and std of the return of a saved policy")
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
-    e.add_argument("--stochastic", action="store_true",
-                   help="A3C: sample actions instead of taking the most likely one")
-    e.add_argument("--debug", action="store_true", help="show tracebacks")
+    e.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="A3C: sample actions instead of taking the most likely one",
+    )
+    _debug(e)
 
     pl = sub.add_parser("plot", help="PNG learning curve of a run")
     pl.add_argument("run_dir", metavar="RUN_DIR")
     pl.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/learning_curve.png)")
     pl.add_argument("--window", type=int, default=100, help="rolling-mean window (default: 100)")
-    pl.add_argument("--debug", action="store_true", help="show tracebacks")
+    _debug(pl)
     return p
 
 
@@ -92,8 +106,10 @@ def _train(ns: argparse.Namespace) -> int:
     else:
         ret = "-" if s["rolling_return"] is None else f"{s['rolling_return']:.1f}"
         print(f"not solved: step budget spent ({s['total_steps']:,} steps), mean return {ret}")
-    print(f"{s['total_steps']:,} steps in {s['wall_seconds']:.1f} s "
-          f"({s['steps_per_second']:,.0f} steps/s); run directory: {s['run_dir']}")
+    print(
+        f"{s['total_steps']:,} steps in {s['wall_seconds']:.1f} s "
+        f"({s['steps_per_second']:,.0f} steps/s); run directory: {s['run_dir']}"
+    )
     return 0
 
 
@@ -137,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(e, WorkerError) and e.details:
                 print(e.details, file=sys.stderr)
             raise
-        print(f"asyncrl {ns.command}: error: {e} (run with --debug for the traceback)",
-              file=sys.stderr)
+        print(
+            f"asyncrl {ns.command}: error: {e} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

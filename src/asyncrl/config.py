@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 import os
 import textwrap
 from dataclasses import dataclass
@@ -12,7 +13,6 @@ from functools import cache
 from typing import Any, Literal
 
 from asyncrl.errors import UserError
-
 
 
 @dataclass
@@ -28,12 +28,13 @@ class Config:
     """execution backend: threads share one process, processes share memory (Hogwild)"""
     workers: int | None = None
     """number of actor-learners (default: one per CPU core)"""
-    envs_per_worker: int = 8
+    envs_per_worker: int = 16
     """environments each worker steps together in one batched forward pass (paper: 1)"""
     steps: int = 1_000_000
     """global env-step budget: training stops when the workers have taken this many steps"""
     target_return: float | None = None
-    """stop when the mean return of the last `window` episodes reaches this (default: the env's reward threshold; 475 for CartPole-v1)"""
+    """stop when the mean return of the last `window` episodes reaches this
+    (default: the env's reward threshold; 475 for CartPole-v1)"""
     window: int = 100
     """episodes in the rolling mean used by the stop rule and the progress bar"""
     t_max: int = 8
@@ -41,12 +42,13 @@ class Config:
     n_step: int | None = None
     """n-step horizon of the targets (default: t_max, the paper's forward view)"""
     missing: Literal["bootstrap", "zero"] = "bootstrap"
-    """horizon past the rollout: 'bootstrap' = use maximum terms possible (bootstrap from V), 'zero' = missing terms treated as 0"""
+    """horizon past the rollout: 'bootstrap' = use maximum terms possible (bootstrap from V),
+    'zero' = missing terms treated as 0"""
     gae_lambda: float | None = None
     """A3C: use GAE(lambda) advantages instead of n-step advantages (default: off, as the paper)"""
     gamma: float = 0.99
     """discount factor"""
-    lr: float = 1e-3
+    lr: float = 3e-3
     """learning rate (annealed linearly to 0 over the step budget unless --lr-schedule constant)"""
     lr_schedule: Literal["linear", "constant"] = "linear"
     """learning-rate schedule over the step budget (paper: linear)"""
@@ -64,12 +66,14 @@ class Config:
     """clip each update's gradient to this global norm; 0 disables (paper: 40)"""
     hidden: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the MLP"""
-    shared_trunk: bool = True
-    """A3C: actor and critic share the hidden layers (the paper) instead of separate networks"""
+    shared_trunk: bool = False
+    """A3C: actor and critic share the hidden layers (the paper: --shared-trunk) or are
+    separate networks"""
     seed: int = 0
     """random seed (worker i uses seed-derived streams of its own)"""
     run_dir: str | None = None
-    """directory for config, episodes.csv, model, summary (default: runs/ENV-ALGO-TIME); never overwritten"""
+    """directory for config, episodes.csv, model, summary
+    (default: runs/ENV-ALGO-TIME); never overwritten"""
     tensorboard: bool = True
     """write TensorBoard scalars to RUN_DIR/tb when tensorboard is installed"""
     progress: bool = True
@@ -94,9 +98,19 @@ class Config:
         for name in ("algo", "backend", "missing", "lr_schedule", "optimizer"):
             choices = literal_choices(name)
             value = getattr(self, name)
-            need(value in choices, _flag(name), f"got {value!r}, choose one of {', '.join(choices)}")
-        need(self.workers is None or self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
-        need(self.envs_per_worker >= 1, "envs-per-worker", f"must be >= 1, got {self.envs_per_worker}")
+            need(
+                value in choices, _flag(name), f"got {value!r}, choose one of {', '.join(choices)}"
+            )
+        need(
+            self.workers is None or self.workers >= 1,
+            "workers",
+            f"must be >= 1, got {self.workers}",
+        )
+        need(
+            self.envs_per_worker >= 1,
+            "envs-per-worker",
+            f"must be >= 1, got {self.envs_per_worker}",
+        )
         need(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
         need(self.window >= 1, "window", f"must be >= 1, got {self.window}")
         need(self.t_max >= 1, "t-max", f"must be >= 1, got {self.t_max}")
@@ -104,18 +118,25 @@ class Config:
         need(0.0 < self.gamma <= 1.0, "gamma", f"must be in (0, 1], got {self.gamma}")
         need(
             self.gae_lambda is None or 0.0 <= self.gae_lambda <= 1.0,
-            "gae-lambda", f"must be in [0, 1], got {self.gae_lambda}",
+            "gae-lambda",
+            f"must be in [0, 1], got {self.gae_lambda}",
         )
-        need(self.gae_lambda is None or self.missing == "bootstrap", "gae-lambda",
-             "GAE always bootstraps; drop --missing zero or --gae-lambda")
+        need(
+            self.gae_lambda is None or self.missing == "bootstrap",
+            "gae-lambda",
+            "GAE always bootstraps; drop --missing zero or --gae-lambda",
+        )
         need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
         need(self.eps > 0.0, "eps", f"must be > 0, got {self.eps}")
         need(self.entropy_coef >= 0.0, "entropy-coef", f"must be >= 0, got {self.entropy_coef}")
         need(self.value_coef >= 0.0, "value-coef", f"must be >= 0, got {self.value_coef}")
         need(self.max_grad_norm >= 0.0, "max-grad-norm", f"must be >= 0, got {self.max_grad_norm}")
-        need(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "hidden",
-             f"give one or more positive layer sizes, got {self.hidden}")
+        need(
+            len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
+            "hidden",
+            f"give one or more positive layer sizes, got {self.hidden}",
+        )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,8 +161,16 @@ class Config:
 _PRESETS: dict[str, dict[str, Any]] = {
     "cartpole": {},
     "paper": dict(
-        envs_per_worker=1, t_max=5, lr=7e-4, optimizer="rmsprop", rms_alpha=0.99, eps=0.1,
-        entropy_coef=0.01, max_grad_norm=40.0, lr_schedule="linear", shared_trunk=True,
+        envs_per_worker=1,
+        t_max=5,
+        lr=7e-4,
+        optimizer="rmsprop",
+        rms_alpha=0.99,
+        eps=0.1,
+        entropy_coef=0.01,
+        max_grad_norm=40.0,
+        lr_schedule="linear",
+        shared_trunk=True,
     ),
 }
 
@@ -169,7 +198,7 @@ def field_docs() -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(Config)))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:], strict=False):
+    for node, nxt in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)
@@ -177,7 +206,7 @@ def field_docs() -> dict[str, str]:
             and isinstance(nxt.value, ast.Constant)
             and isinstance(nxt.value.value, str)
         ):
-            docs[node.target.id] = nxt.value.value.strip()
+            docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
 
 

@@ -38,8 +38,14 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         return gym.spec(env_id)
     except gym.error.Error as e:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else "list ids with gymnasium.pprint_registry()"
-        raise UserError(f"--env: unknown environment id {env_id!r} ({type(e).__name__}); {hint}") from None
+        hint = (
+            f"did you mean {', '.join(close)}?"
+            if close
+            else "list ids with gymnasium.pprint_registry()"
+        )
+        raise UserError(
+            f"--env: unknown environment id {env_id!r} ({type(e).__name__}); {hint}"
+        ) from None
 
 
 def probe_env(env_id: str, algo: str) -> EnvInfo:

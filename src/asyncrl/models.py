@@ -6,10 +6,12 @@ checkpoint and ``asyncrl.load`` all construct the same architecture without pick
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -31,11 +33,16 @@ class ModelSpec:
         return cls(**{**d, "hidden": tuple(d["hidden"])})
 
 
-def _mlp(sizes: list[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [_linear(a, b, math.sqrt(2)), nn.Tanh()]
-    return nn.Sequential(*layers)
+def _mlp(sizes: list[int]) -> nn.ModuleList:
+    return nn.ModuleList(_linear(a, b, math.sqrt(2)) for a, b in itertools.pairwise(sizes))
+
+
+def _mlp_forward(layers: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
+    # Functional calls: Module.__call__ costs more than the matmul itself at these sizes, and
+    # the behaviour policy runs this once per env step.
+    for layer in layers:
+        x = torch.tanh(F.linear(x, layer.weight, layer.bias))
+    return x
 
 
 def _linear(a: int, b: int, gain: float) -> nn.Linear:
@@ -61,12 +68,14 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``(B, n_actions)`` and values ``(B,)``."""
-        h = self.pi_body(obs)
-        hv = h if self.shared_trunk else self.v_body(obs)
-        return self.pi_head(h), self.v_head(hv).squeeze(-1)
+        h = _mlp_forward(self.pi_body, obs)
+        hv = h if self.shared_trunk else _mlp_forward(self.v_body, obs)
+        pi, v = self.pi_head, self.v_head
+        return F.linear(h, pi.weight, pi.bias), F.linear(hv, v.weight, v.bias).squeeze(-1)
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.pi_head(self.pi_body(obs))
+        pi = self.pi_head
+        return F.linear(_mlp_forward(self.pi_body, obs), pi.weight, pi.bias)
 
 
 class QNetwork(nn.Module):
@@ -78,7 +87,7 @@ class QNetwork(nn.Module):
         self.head = _linear(spec.hidden[-1] if spec.hidden else spec.obs_dim, spec.n_actions, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(obs))
+        return F.linear(_mlp_forward(self.body, obs), self.head.weight, self.head.bias)
 
 
 def build_model(spec: ModelSpec) -> nn.Module:

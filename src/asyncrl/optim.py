@@ -141,7 +141,9 @@ class GradientAccumulator:
         self.model.zero_grad(set_to_none=True)
         self.count += 1
 
-    def apply(self, optimizer: SharedOptimizer, lr: float | None = None, max_norm: float = 0.0) -> float:
+    def apply(
+        self, optimizer: SharedOptimizer, lr: float | None = None, max_norm: float = 0.0
+    ) -> float:
         """Clip the summed gradient, apply it with the shared optimizer, reset; return its norm."""
         norm = clip_grad_norm_(self.buffer, max_norm)
         optimizer.step(self.buffer, lr)

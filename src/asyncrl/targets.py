@@ -73,8 +73,8 @@ def nstep_returns(
     live = 1.0 - _float_like(terminated, rewards)  # (T, ...)
     end = _float_like(ends, rewards)
     # What the last step of the rollout bootstraps from when its episode goes on.
-    tail = next_values[T - 1] if missing == "bootstrap" else next_values[T - 1] * 0.0
-    boot_at_end = end[T - 1] * next_values[T - 1] * live[T - 1] + (1.0 - end[T - 1]) * tail
+    boot = next_values[T - 1] * live[T - 1]
+    boot_at_end = boot if missing == "bootstrap" else end[T - 1] * boot
 
     if n >= T:
         # Forward view to the end of the rollout: one backward sweep.
@@ -137,12 +137,13 @@ def nstep_targets(
         raise ValueError(f"values shape {tuple(values.shape)} != rewards {tuple(rewards.shape)}")
     last = _float_like(last_value, rewards)[None] + rewards[:1] * 0.0
     next_values = (
-        torch.cat([values[1:], last]) if isinstance(rewards, torch.Tensor)
+        torch.cat([values[1:], last])
+        if isinstance(rewards, torch.Tensor)
         else np.concatenate([values[1:], last])
     )
     term = rewards * 0.0
     term[T - 1] = term[T - 1] + _float_like(terminated, rewards)
-    return nstep_returns(rewards, next_values, term, rewards * 0.0, gamma, n, missing)
+    return nstep_returns(rewards, next_values, term, term, gamma, n, missing)
 
 
 def gae_advantages(

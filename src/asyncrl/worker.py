@@ -1,12 +1,12 @@
 """The actor-learner loop: one function that every backend runs unchanged.
 
-    loop:
-        theta'  <- theta                     pull the global parameters (one flat copy)
-        collect up to t_max steps of each of the worker's envs with pi(.; theta')
-        loss    <- algorithm.loss(rollout)    A3C | n-step Q | one-step Q | one-step Sarsa
-        d theta <- grad(loss); clip           one batched backward pass for the whole rollout
-        theta   <- shared optimizer step      lock-free (Hogwild), statistics shared
-        report finished episodes; count global steps
+loop:
+    theta'  <- theta                     pull the global parameters (one flat copy)
+    collect up to t_max steps of each of the worker's envs with pi(.; theta')
+    loss    <- algorithm.loss(rollout)    A3C | n-step Q | one-step Q | one-step Sarsa
+    d theta <- grad(loss); clip           one batched backward pass for the whole rollout
+    theta   <- shared optimizer step      lock-free (Hogwild), statistics shared
+    report finished episodes; count global steps
 """
 
 from __future__ import annotations
@@ -75,9 +75,10 @@ def run_worker(worker_id: int, cfg: Config, info: EnvInfo, shared: SharedState) 
 
 def _loop(worker_id: int, cfg: Config, info: EnvInfo, shared: SharedState) -> None:
     seed = worker_seed(cfg.seed, worker_id)
-    gen = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
     algo = make_algorithm(cfg, info)
-    algo.start_worker(worker_id, np.random.default_rng(seed))
+    algo.start_worker(worker_id, rng)
     spec = algo.model_spec()
     model = build_model(spec)
     local = flatten_parameters(model)
@@ -108,7 +109,7 @@ def _loop(worker_id: int, cfg: Config, info: EnvInfo, shared: SharedState) -> No
                 ro.obs[t] = obs.reshape(B, -1)
                 valid = ~prev_done
                 ro.valid[t] = valid
-                action = algo.act(model, obs_t[t], global_step, gen).numpy()
+                action = algo.act(model, obs_t[t], global_step, rng)
                 obs, reward, term, trunc, _ = envs.step(action)
                 done = term | trunc
                 ro.actions[t] = action
@@ -135,8 +136,10 @@ def _loop(worker_id: int, cfg: Config, info: EnvInfo, shared: SharedState) -> No
         global_step = counter_add(shared.steps, n_valid)
         lr = cfg.lr if cfg.lr_schedule == "constant" else linear_lr(cfg.lr, global_step, cfg.steps)
         shared.optimizer.step(grad, lr)
-        if target_local is not None and target_period > 0 and (
-            global_step // target_period != (global_step - n_valid) // target_period
+        if (
+            target_local is not None
+            and target_period > 0
+            and (global_step // target_period != (global_step - n_valid) // target_period)
         ):
             # The worker that crosses a multiple of target_update refreshes theta^- for all.
             shared.target_params.copy_(shared.params)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from asyncrl.algos.base import Algorithm
+from asyncrl.algos.base import Algorithm, sample_categorical
 from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 from asyncrl.targets import gae_advantages, nstep_returns
@@ -38,9 +38,8 @@ class A3C(Algorithm):
             shared_trunk=self.cfg.shared_trunk,
         )
 
-    def act(self, model, obs, global_step, gen):
-        probs = torch.softmax(model.logits(obs), dim=-1)
-        return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    def act(self, model, obs, global_step, rng):
+        return sample_categorical(torch.softmax(model.logits(obs), dim=-1).numpy(), rng)
 
     @staticmethod
     def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
@@ -58,14 +57,24 @@ class A3C(Algorithm):
 
         if cfg.gae_lambda is None:
             returns = nstep_returns(
-                rollout.rewards, next_v, rollout.terminated, rollout.ends,
-                cfg.gamma, cfg.horizon, cfg.missing,
+                rollout.rewards,
+                next_v,
+                rollout.terminated,
+                rollout.ends,
+                cfg.gamma,
+                cfg.horizon,
+                cfg.missing,
             )
             adv = returns - v_np
         else:
             adv = gae_advantages(
-                rollout.rewards, v_np, next_v, rollout.terminated, rollout.ends,
-                cfg.gamma, cfg.gae_lambda,
+                rollout.rewards,
+                v_np,
+                next_v,
+                rollout.terminated,
+                rollout.ends,
+                cfg.gamma,
+                cfg.gae_lambda,
             )
             returns = adv + v_np
         assert returns.shape == (T, B), returns.shape
@@ -85,5 +94,3 @@ class A3C(Algorithm):
             "value_loss": float(value_loss.detach()),
             "entropy": float(entropy_mean.detach()),
         }
-
-

@@ -35,8 +35,8 @@ class Algorithm(ABC):
 
     @abstractmethod
     def act(
-        self, model: nn.Module, obs: torch.Tensor, global_step: int, gen: torch.Generator
-    ) -> torch.Tensor:
+        self, model: nn.Module, obs: torch.Tensor, global_step: int, rng: np.random.Generator
+    ) -> np.ndarray:
         """Behaviour actions for a batch of observations ``(B, obs_dim)``; runs under no_grad."""
 
     @abstractmethod
@@ -52,3 +52,10 @@ class Algorithm(ABC):
 
     def extra_state(self) -> dict[str, Any]:
         return {}
+
+
+def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One sample per row of ``probs`` (B, n) by inverse CDF: cheaper than torch.multinomial
+    at a worker's batch sizes, and seeded by the worker's own generator."""
+    u = rng.random((probs.shape[0], 1), dtype=probs.dtype)
+    return np.minimum((np.cumsum(probs, axis=1) < u).sum(axis=1), probs.shape[1] - 1)

@@ -1,0 +1,128 @@
+"""The command line: the run directory it writes, and one clear line for each bad input."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from asyncrl.cli import main
+
+QUICK = ["--steps", "3000", "--workers", "1", "--backend", "threads", "--no-progress"]
+
+
+def asyncrl(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "asyncrl.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def exit_code(argv):
+    """main()'s return value, or argparse's exit code for a malformed command line."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def test_train_writes_a_complete_run_directory(run_dir, capsys):
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "run directory" in out and str(run_dir) in out
+    for name in ("config.json", "episodes.csv", "model.pt", "summary.json"):
+        assert (run_dir / name).is_file(), name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for key in (
+        "solved",
+        "solve_seconds",
+        "solve_steps",
+        "total_steps",
+        "wall_seconds",
+        "steps_per_second",
+        "rolling_return",
+    ):
+        assert key in summary
+    assert summary["solved"] is False and summary["total_steps"] >= 3000
+    assert json.loads((run_dir / "config.json").read_text())["steps"] == 3000
+    with open(run_dir / "episodes.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and set(rows[0]) == {
+        "episode",
+        "worker",
+        "return",
+        "length",
+        "global_step",
+        "wall_seconds",
+    }
+    assert [int(r["episode"]) for r in rows] == list(range(1, len(rows) + 1))
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    assert "mean return" in capsys.readouterr().out
+    assert main(["plot", str(run_dir)]) == 0
+    png = run_dir / "learning_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
+    run_dir.mkdir()
+    (run_dir / "keep.txt").write_text("precious")
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "already exists" in err and "Traceback" not in err
+    assert [p.name for p in run_dir.iterdir()] == ["keep.txt"]
+    assert (run_dir / "keep.txt").read_text() == "precious"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--env", "NoSuchEnv-v0"], "unknown environment id"),
+        (["--env", "CartPol-v1"], "did you mean CartPole-v1"),
+        (["--env", "Pendulum-v1"], "Discrete action spaces"),
+        (["--workers", "0"], "--workers: must be >= 1"),
+        (["--gamma", "0"], "--gamma: must be in (0, 1]"),
+        (["--gamma", "1.5"], "--gamma: must be in (0, 1]"),
+        (["--t-max", "0"], "--t-max: must be >= 1"),
+        (["--steps", "0"], "--steps: must be >= 1"),
+        (["--envs-per-worker", "0"], "--envs-per-worker: must be >= 1"),
+        (["--lr", "-1"], "--lr: must be > 0"),
+        (["--workers", "two"], "invalid int value"),
+        (["--backend", "gpu"], "invalid choice"),
+    ],
+)
+def test_bad_train_input_is_one_line_and_exit_2(args, needle, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code = exit_code(["train", *args, "--run-dir", str(run_dir)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not run_dir.exists()  # nothing written for bad input
+
+
+@pytest.mark.parametrize("command", ["eval", "plot"])
+def test_missing_run_directory(command, tmp_path, capsys):
+    assert main([command, str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_errors_have_no_traceback_unless_debug(tmp_path):
+    r = asyncrl("train", "--env", "NoSuchEnv-v0", "--run-dir", str(tmp_path / "r"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0
+    r = asyncrl("--debug", "eval", str(tmp_path / "nope"))
+    assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_help_is_generated_from_the_config_docstrings():
+    r = asyncrl("train", "--help")
+    assert r.returncode == 0
+    assert "--t-max" in r.stdout and "steps per rollout" in r.stdout
+    assert "--missing {bootstrap,zero}" in r.stdout

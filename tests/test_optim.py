@@ -1,0 +1,131 @@
+"""Shared optimizers against reference updates written here, and gradient accumulation."""
+
+import math
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from asyncrl.models import ActorCritic, ModelSpec, flat_grad, flatten_parameters
+from asyncrl.optim import (
+    GradientAccumulator,
+    SharedAdam,
+    SharedRMSprop,
+    clip_grad_norm_,
+    linear_lr,
+)
+
+
+def test_shared_rmsprop_matches_the_paper_rule_with_eps_inside_the_sqrt():
+    theta = torch.tensor([1.0, -2.0, 3.0])
+    opt = SharedRMSprop(theta, lr=0.1, alpha=0.9, eps=0.1)
+    g_stat = [0.0, 0.0, 0.0]
+    ref = [1.0, -2.0, 3.0]
+    for grad in ([1.0, 2.0, -1.0], [0.5, -1.0, 2.0]):
+        opt.step(torch.tensor(grad))
+        for i, gi in enumerate(grad):
+            g_stat[i] = 0.9 * g_stat[i] + 0.1 * gi * gi
+            ref[i] -= 0.1 * gi / math.sqrt(g_stat[i] + 0.1)
+    torch.testing.assert_close(theta, torch.tensor(ref))
+    # torch.optim.RMSprop puts eps outside the root and so gives a different step
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+    t = torch.optim.RMSprop([p], lr=0.1, alpha=0.9, eps=0.1)
+    for grad in ([1.0, 2.0, -1.0], [0.5, -1.0, 2.0]):
+        p.grad = torch.tensor(grad)
+        t.step()
+    assert not torch.allclose(p.detach(), theta)
+
+
+def test_shared_adam_matches_torch_adam():
+    theta = torch.tensor([1.0, -2.0, 3.0])
+    opt = SharedAdam(theta, lr=0.01, eps=1e-8)
+    p = torch.nn.Parameter(theta.clone())
+    ref = torch.optim.Adam([p], lr=0.01, eps=1e-8)
+    for k in range(5):
+        g = torch.tensor([1.0, -0.5, 0.25]) * (k + 1)
+        opt.step(g)
+        p.grad = g.clone()
+        ref.step()
+    torch.testing.assert_close(theta, p.detach())
+    assert int(opt.step_count) == 5
+
+
+def test_state_lives_in_shared_memory_before_workers_start():
+    theta = torch.zeros(4).share_memory_()
+    assert SharedRMSprop(theta, 0.1).square_avg.is_shared()
+    adam = SharedAdam(theta, 0.1)
+    assert adam.exp_avg.is_shared() and adam.exp_avg_sq.is_shared()
+    assert adam.step_count.is_shared()
+
+
+def _adam_steps(opt: SharedAdam, n: int) -> None:
+    for _ in range(n):
+        opt.step(torch.ones(4))
+
+
+def test_adam_step_counter_is_shared_across_processes():
+    theta = torch.zeros(4).share_memory_()
+    opt = SharedAdam(theta, 0.01)
+    ctx = mp.get_context("fork")
+    for _ in range(2):  # one after the other: the second sees the first one's steps
+        p = ctx.Process(target=_adam_steps, args=(opt, 10))
+        p.start()
+        p.join()
+        assert p.exitcode == 0
+    assert int(opt.step_count) == 20
+    assert torch.all(theta < 0)
+
+
+def test_linear_lr_anneals_to_zero():
+    assert linear_lr(1.0, 0, 100) == 1.0
+    assert linear_lr(1.0, 25, 100) == pytest.approx(0.75)
+    assert linear_lr(1.0, 100, 100) == 0.0
+    assert linear_lr(1.0, 150, 100) == 0.0
+
+
+def test_clip_grad_norm():
+    g = torch.tensor([3.0, 4.0])
+    assert clip_grad_norm_(g, 1.0) == pytest.approx(5.0)
+    assert float(g.norm()) == pytest.approx(1.0, rel=1e-5)
+    g = torch.tensor([3.0, 4.0])
+    clip_grad_norm_(g, 0.0)  # 0 disables
+    assert float(g.norm()) == pytest.approx(5.0)
+
+
+def _model():
+    torch.manual_seed(0)
+    return ActorCritic(ModelSpec("actor-critic", obs_dim=3, n_actions=2, hidden=(8,)))
+
+
+def test_sum_of_per_step_gradients_equals_the_batched_gradient():
+    model = _model()
+    flatten_parameters(model)
+    x = torch.randn(6, 3)
+    target = torch.randn(6)
+
+    def step_loss(i):
+        logits, v = model(x[i : i + 1])
+        return (v - target[i : i + 1]).pow(2).sum() - torch.log_softmax(logits, -1)[0, 0]
+
+    acc = GradientAccumulator(model)
+    for i in range(6):
+        acc.accumulate(step_loss(i))
+    assert acc.count == 6
+
+    model.zero_grad(set_to_none=True)
+    sum(step_loss(i) for i in range(6)).backward()
+    torch.testing.assert_close(acc.buffer, flat_grad(model))
+
+
+def test_accumulator_apply_updates_the_shared_vector_and_resets():
+    model = _model()
+    flatten_parameters(model)
+    shared = flatten_parameters(_model()).detach().clone()
+    before = shared.clone()
+    opt = SharedRMSprop(shared, lr=0.01)
+    acc = GradientAccumulator(model)
+    acc.accumulate(model(torch.randn(2, 3))[1].sum())
+    norm = acc.apply(opt, max_norm=40.0)
+    assert norm > 0
+    assert not torch.equal(shared, before)
+    assert acc.count == 0 and float(acc.buffer.abs().sum()) == 0.0

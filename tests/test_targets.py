@@ -1,0 +1,123 @@
+"""n-step targets against hand-worked examples (gamma = 0.5 keeps the arithmetic exact)."""
+
+import numpy as np
+import pytest
+import torch
+
+from asyncrl.targets import gae_advantages, nstep_returns, nstep_targets
+
+G = 0.5
+R = np.array([1.0, 2.0, 4.0, 8.0], np.float32)  # T = 4
+V = np.array([10.0, 20.0, 30.0, 40.0], np.float32)
+LAST = 100.0
+
+
+def test_forward_view_bootstraps_from_last_value():
+    # t=3: 8 + .5*100 = 58; t=2: 4 + .5*58 = 33; t=1: 2 + .5*33 = 18.5; t=0: 1 + .5*18.5 = 10.25
+    out = nstep_targets(R, V, LAST, False, G)
+    np.testing.assert_allclose(out, [10.25, 18.5, 33.0, 58.0])
+
+
+def test_terminated_end_does_not_bootstrap():
+    # t=3: 8; t=2: 4 + 4 = 8; t=1: 2 + 4 = 6; t=0: 1 + 3 = 4
+    out = nstep_targets(R, V, LAST, True, G)
+    np.testing.assert_allclose(out, [4.0, 6.0, 8.0, 8.0])
+
+
+def test_two_step_targets_use_two_rewards_and_gamma_squared():
+    # t=0: 1 + .5*2 + .25*V[2]=30 -> 9.5 ; t=1: 2 + .5*4 + .25*V[3]=40 -> 14
+    # t=2: t+n = T: past the rollout -> 4 + .5*8 + .25*100 = 33 ; t=3: 8 + .5*100 = 58
+    out = nstep_targets(R, V, LAST, False, G, n=2, missing="bootstrap")
+    np.testing.assert_allclose(out, [9.5, 14.0, 33.0, 58.0])
+
+
+def test_missing_terms_treated_as_zero():
+    # t=2, t=3 run past the rollout: their rewards inside count, everything past it is 0
+    out = nstep_targets(R, V, LAST, False, G, n=2, missing="zero")
+    np.testing.assert_allclose(out, [9.5, 14.0, 8.0, 8.0])
+    # with the full forward view nothing is bootstrapped at all
+    full = nstep_targets(R, V, LAST, False, G, missing="zero")
+    np.testing.assert_allclose(full, nstep_targets(R, V, LAST, True, G))
+
+
+def test_one_step_targets():
+    out = nstep_targets(R, V, LAST, False, G, n=1)
+    np.testing.assert_allclose(out, [1 + 10, 2 + 15, 4 + 20, 8 + 50])
+
+
+def test_truncated_vs_terminated_at_the_end():
+    truncated = nstep_targets(R, V, LAST, False, G, n=1)
+    terminated = nstep_targets(R, V, LAST, True, G, n=1)
+    assert truncated[-1] == 8 + 50 and terminated[-1] == 8
+    np.testing.assert_allclose(truncated[:-1], terminated[:-1])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, None])
+@pytest.mark.parametrize("missing", ["bootstrap", "zero"])
+def test_torch_in_torch_out_and_same_numbers(n, missing):
+    out_np = nstep_targets(R, V, LAST, False, G, n=n, missing=missing)
+    out_t = nstep_targets(
+        torch.from_numpy(R), torch.from_numpy(V), torch.tensor(LAST), False, G, n=n, missing=missing
+    )
+    assert isinstance(out_t, torch.Tensor) and isinstance(out_np, np.ndarray)
+    assert out_t.dtype == torch.float32 and out_np.dtype == np.float32
+    np.testing.assert_allclose(out_t.numpy(), out_np)
+
+
+def test_brute_force_definition_random():
+    rng = np.random.default_rng(0)
+    T, gamma = 7, 0.9
+    r, v = rng.normal(size=T), rng.normal(size=T)
+    last = 3.0
+    for n in range(1, T + 2):
+        for missing in ("bootstrap", "zero"):
+            got = nstep_targets(r, v, last, False, gamma, n=n, missing=missing)
+            for t in range(T):
+                k = min(n, T - t)
+                want = sum(gamma**i * r[t + i] for i in range(k))
+                if t + n < T:
+                    want += gamma**n * v[t + n]
+                elif missing == "bootstrap":
+                    want += gamma ** (T - t) * last
+                assert got[t] == pytest.approx(want), (n, missing, t)
+
+
+def test_episode_ends_inside_a_rollout():
+    # Two episodes in one rollout: step 1 is truncated (bootstrap from V(final obs) = 6),
+    # step 3 ends the rollout mid-episode (bootstrap from V(s_T) = 100).
+    r = np.array([1.0, 1.0, 1.0, 1.0], np.float32)
+    next_v = np.array([5.0, 6.0, 7.0, 100.0], np.float32)
+    ends = np.array([False, True, False, False])
+    term = np.zeros(4, bool)
+    out = nstep_returns(r, next_v, term, ends, G)
+    np.testing.assert_allclose(out, [1 + 0.5 * (1 + 3), 1 + 3, 1 + 0.5 * 51, 51])
+    term[1] = True  # the same episode terminated instead: nothing after it counts
+    out = nstep_returns(r, next_v, term, ends, G)
+    np.testing.assert_allclose(out[:2], [1.5, 1.0])
+    # a horizon of 2 never crosses the end either
+    out2 = nstep_returns(r, next_v, term, ends, G, n=2)
+    np.testing.assert_allclose(out2, [1.5, 1.0, 1 + 0.5 * 51, 51])
+
+
+def test_batched_envs_are_independent():
+    r = np.stack([R, R[::-1]], axis=1)
+    v = np.stack([V, V[::-1]], axis=1)
+    out = nstep_targets(r, v, np.array([LAST, 0.0], np.float32), np.array([False, True]), G, n=2)
+    np.testing.assert_allclose(out[:, 0], nstep_targets(R, V, LAST, False, G, n=2))
+    np.testing.assert_allclose(out[:, 1], nstep_targets(R[::-1], V[::-1], 0.0, True, G, n=2))
+
+
+def test_gae_lambda_one_is_the_forward_view_advantage():
+    next_v = np.append(V[1:], LAST).astype(np.float32)
+    no = np.zeros(4, bool)
+    adv = gae_advantages(R, V, next_v, no, no, G, lam=1.0)
+    np.testing.assert_allclose(adv, nstep_targets(R, V, LAST, False, G) - V, rtol=1e-6)
+    adv0 = gae_advantages(R, V, next_v, no, no, G, lam=0.0)
+    np.testing.assert_allclose(adv0, nstep_targets(R, V, LAST, False, G, n=1) - V)
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="missing"):
+        nstep_targets(R, V, LAST, False, G, missing="nope")
+    with pytest.raises(ValueError, match="n must be"):
+        nstep_targets(R, V, LAST, False, G, n=0)
