@@ -93,9 +93,8 @@ def _train(ns: argparse.Namespace) -> int:
     from asyncrl.trainer import train
 
     fields = {f.name for f in dataclasses.fields(Config)}
-    given = {k: v for k, v in vars(ns).items() if k in fields}
-    if "hidden" in given:
-        given["hidden"] = tuple(given["hidden"])
+    # nargs="+" options arrive as lists; the config holds tuples
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if k in fields}
     cfg = preset(ns.preset, **given)
     s = train(cfg)
     if s["solved"]:

@@ -69,6 +69,20 @@ class Config:
     shared_trunk: bool = False
     """A3C: actor and critic share the hidden layers (the paper: --shared-trunk) or are
     separate networks"""
+    target_update: int = 2_000
+    """Q methods: copy the global parameters to the shared target network theta^- every this
+    many global steps (paper: 40,000 frames)"""
+    async_update: int = 5
+    """one-step Q / Sarsa: apply the accumulated gradient every this many steps of a worker, or
+    at an episode end (paper: I_AsyncUpdate = 5)"""
+    eps_start: float = 1.0
+    """Q methods: exploration epsilon at the start, annealed linearly to each worker's final one"""
+    eps_finals: tuple[float, ...] = (0.1, 0.01, 0.5)
+    """Q methods: final epsilons a worker draws its own from (paper: 0.1, 0.01, 0.5)"""
+    eps_probs: tuple[float, ...] = (0.4, 0.3, 0.3)
+    """Q methods: probabilities of the final epsilons (paper: 0.4, 0.3, 0.3)"""
+    eps_anneal_steps: int = 100_000
+    """Q methods: global steps over which epsilon is annealed (paper: 4 million frames)"""
     seed: int = 0
     """random seed (worker i uses seed-derived streams of its own)"""
     run_dir: str | None = None
@@ -149,8 +163,9 @@ class Config:
         if unknown:
             raise UserError(f"unknown config field(s) {', '.join(unknown)}")
         d = dict(d)
-        if "hidden" in d:
-            d["hidden"] = tuple(d["hidden"])
+        for name in ("hidden", "eps_finals", "eps_probs"):
+            if name in d:
+                d[name] = tuple(d[name])
         return cls(**d)
 
 

@@ -24,6 +24,7 @@ class Rollout:
     terminated: np.ndarray  # (T, B) bool: s_{t+1} is terminal
     ends: np.ndarray  # (T, B) bool: the episode ended at t (terminated or truncated)
     valid: np.ndarray  # (T, B) bool: a real transition, not an autoreset step
+    next_actions: np.ndarray  # (B,) int64: the action taken next at obs[T] (Sarsa only)
 
     @classmethod
     def empty(cls, t_max: int, num_envs: int, obs_dim: int) -> Rollout:
@@ -35,6 +36,21 @@ class Rollout:
             terminated=np.zeros((T, B), bool),
             ends=np.zeros((T, B), bool),
             valid=np.zeros((T, B), bool),
+            next_actions=np.zeros(B, np.int64),
+        )
+
+    def prefix(self, n: int) -> Rollout:
+        """The first ``n`` steps (views, no copy): a rollout cut short at an episode end."""
+        if n == self.t_max:
+            return self
+        return Rollout(
+            obs=self.obs[: n + 1],
+            actions=self.actions[:n],
+            rewards=self.rewards[:n],
+            terminated=self.terminated[:n],
+            ends=self.ends[:n],
+            valid=self.valid[:n],
+            next_actions=self.next_actions,
         )
 
     @property

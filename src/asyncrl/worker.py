@@ -88,43 +88,54 @@ def _loop(worker_id: int, cfg: Config, info: EnvInfo, shared: SharedState) -> No
         target_local = flatten_parameters(target_model)
         target_model.requires_grad_(False)
 
-    T, B = cfg.t_max, cfg.envs_per_worker
+    T, B = algo.rollout_length(), cfg.envs_per_worker
     envs = make_vec_env(cfg.env, B)
     obs, _ = envs.reset(seed=seed)
-    ro = Rollout.empty(T, B, info.obs_dim)
-    obs_t = torch.from_numpy(ro.obs)  # views: writing ro.obs[t] updates obs_t[t]
+    buf = Rollout.empty(T, B, info.obs_dim)
+    obs_t = torch.from_numpy(buf.obs)  # views: writing buf.obs[t] updates obs_t[t]
     prev_done = np.zeros(B, bool)
     ep_return = np.zeros(B, np.float64)
     ep_length = np.zeros(B, np.int64)
+    next_action: np.ndarray | None = None  # drawn at the end of a rollout (Sarsa)
     global_step = 0
-    target_period = getattr(cfg, "target_update", 0)
 
     while not shared.stop.is_set() and global_step < cfg.steps:
         local.copy_(shared.params)
         if target_local is not None:
             target_local.copy_(shared.target_params)
         finished: list[tuple[float, int]] = []
+        length = T
         with torch.no_grad():
             for t in range(T):
-                ro.obs[t] = obs.reshape(B, -1)
+                buf.obs[t] = obs.reshape(B, -1)
                 valid = ~prev_done
-                ro.valid[t] = valid
-                action = algo.act(model, obs_t[t], global_step, rng)
+                buf.valid[t] = valid
+                if next_action is not None:
+                    action, next_action = next_action, None
+                else:
+                    action = algo.act(model, obs_t[t], global_step, rng)
                 obs, reward, term, trunc, _ = envs.step(action)
                 done = term | trunc
-                ro.actions[t] = action
-                ro.rewards[t] = reward * valid
-                ro.terminated[t] = term
-                ro.ends[t] = done
-                ep_return += ro.rewards[t]
+                buf.actions[t] = action
+                buf.rewards[t] = reward * valid
+                buf.terminated[t] = term
+                buf.ends[t] = done
+                ep_return += buf.rewards[t]
                 ep_length += valid
+                prev_done = done
                 if done.any():
                     for i in np.flatnonzero(done):
                         finished.append((float(ep_return[i]), int(ep_length[i])))
                     ep_return[done] = 0.0
                     ep_length[done] = 0
-                prev_done = done
-        ro.obs[T] = obs.reshape(B, -1)
+                    if algo.update_at_episode_end:
+                        length = t + 1
+                        break
+            buf.obs[length] = obs.reshape(B, -1)
+            if algo.needs_next_action:
+                next_action = algo.act(model, obs_t[length], global_step, rng)
+                buf.next_actions[:] = next_action
+        ro = buf.prefix(length)
 
         loss, _stats = algo.loss(model, ro, target_model)
         model.zero_grad(set_to_none=True)
@@ -136,11 +147,8 @@ def _loop(worker_id: int, cfg: Config, info: EnvInfo, shared: SharedState) -> No
         global_step = counter_add(shared.steps, n_valid)
         lr = cfg.lr if cfg.lr_schedule == "constant" else linear_lr(cfg.lr, global_step, cfg.steps)
         shared.optimizer.step(grad, lr)
-        if (
-            target_local is not None
-            and target_period > 0
-            and (global_step // target_period != (global_step - n_valid) // target_period)
-        ):
+        period = cfg.target_update
+        if target_local is not None and global_step // period != (global_step - n_valid) // period:
             # The worker that crosses a multiple of target_update refreshes theta^- for all.
             shared.target_params.copy_(shared.params)
         if finished:

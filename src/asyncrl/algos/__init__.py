@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from asyncrl.algos.a3c import A3C
 from asyncrl.algos.base import Algorithm
+from asyncrl.algos.nstep_q import NStepQ
+from asyncrl.algos.onestep_q import OneStepQ
+from asyncrl.algos.onestep_sarsa import OneStepSarsa
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
 
-REGISTRY: dict[str, type[Algorithm]] = {"a3c": A3C}
+REGISTRY: dict[str, type[Algorithm]] = {
+    cls.name: cls for cls in (A3C, NStepQ, OneStepQ, OneStepSarsa)
+}
 
 
 def make_algorithm(cfg: Config, info: EnvInfo) -> Algorithm:

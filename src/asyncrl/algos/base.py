@@ -4,7 +4,6 @@ the algorithm never knows which backend runs it."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
 
 import numpy as np
 import torch
@@ -22,6 +21,11 @@ class Algorithm(ABC):
     name: str
     #: whether workers keep a target network theta^- (the Q-learners do, A3C does not)
     uses_target_network: bool = False
+    #: apply the update as soon as an episode ends instead of after the full rollout
+    update_at_episode_end: bool = False
+    #: the loss needs the action taken at the state after the rollout (Sarsa): the worker draws
+    #: it at the end of the rollout and takes it first in the next one
+    needs_next_action: bool = False
 
     def __init__(self, cfg: Config, info: EnvInfo):
         self.cfg = cfg
@@ -29,6 +33,10 @@ class Algorithm(ABC):
 
     @abstractmethod
     def model_spec(self) -> ModelSpec: ...
+
+    def rollout_length(self) -> int:
+        """Steps per update: t_max (the one-step methods use their I_AsyncUpdate)."""
+        return self.cfg.t_max
 
     def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:  # noqa: B027
         """Per-worker state (the Q-learners' exploration schedule); nothing by default."""
@@ -49,9 +57,6 @@ class Algorithm(ABC):
     @abstractmethod
     def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         """The evaluation policy's actions (argmax) for ``(B, obs_dim)`` observations."""
-
-    def extra_state(self) -> dict[str, Any]:
-        return {}
 
 
 def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:

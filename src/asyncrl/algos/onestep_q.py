@@ -1,0 +1,24 @@
+"""Asynchronous one-step Q-learning (Mnih et al., 2016, Algorithm S1).
+
+y = r + gamma max_a' Q(s', a'; theta^-) (r alone at a terminal s'). Gradients of the
+transitions of ``async_update`` steps are summed and applied together, or sooner at an episode
+end (I_AsyncUpdate in the paper).
+"""
+
+from __future__ import annotations
+
+from asyncrl.algos.qlearning import ValueBased
+
+
+class OneStepQ(ValueBased):
+    name = "onestep-q"
+    update_at_episode_end = True
+
+    def rollout_length(self) -> int:
+        return self.cfg.async_update
+
+    def horizon(self) -> int:
+        return 1
+
+    def bootstrap(self, target_q, rollout):
+        return target_q.max(-1)

@@ -1,0 +1,86 @@
+"""What the paper's three value-based learners share (Mnih et al., 2016, Section 4).
+
+* a Q-network, acting epsilon-greedily; each worker anneals epsilon from ``eps_start`` to a
+  final value of its own, drawn from {0.1, 0.01, 0.5} with probabilities {0.4, 0.3, 0.3}
+  (configurable), so the workers explore differently -- the paper's substitute for replay;
+* a shared target network theta^-, copied from the global parameters every ``target_update``
+  global steps (by whichever worker crosses the boundary);
+* the loss (y_t - Q(s_t, a_t; theta))^2 over the valid transitions of the rollout, with targets
+  y_t from :func:`asyncrl.targets.nstep_returns` and the bootstrap value each subclass picks.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+import torch
+from torch import nn
+
+from asyncrl.algos.base import Algorithm
+from asyncrl.models import ModelSpec
+from asyncrl.rollout import Rollout
+from asyncrl.targets import nstep_returns
+
+
+class ValueBased(Algorithm):
+    uses_target_network = True
+
+    def model_spec(self) -> ModelSpec:
+        return ModelSpec(
+            kind="q",
+            obs_dim=self.info.obs_dim,
+            n_actions=self.info.n_actions,
+            hidden=tuple(self.cfg.hidden),
+        )
+
+    def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:
+        cfg = self.cfg
+        self.eps_final = float(rng.choice(cfg.eps_finals, p=cfg.eps_probs))
+
+    def epsilon(self, global_step: int) -> float:
+        cfg = self.cfg
+        frac = min(1.0, global_step / cfg.eps_anneal_steps)
+        return cfg.eps_start + frac * (self.eps_final - cfg.eps_start)
+
+    def act(self, model, obs, global_step, rng):
+        actions = model(obs).argmax(-1).numpy()
+        explore = rng.random(actions.shape[0]) < self.epsilon(global_step)
+        if explore.any():
+            actions[explore] = rng.integers(self.info.n_actions, size=int(explore.sum()))
+        return actions
+
+    @staticmethod
+    def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        return model(obs).argmax(-1)
+
+    @abstractmethod
+    def horizon(self) -> int:
+        """n of the n-step targets."""
+
+    @abstractmethod
+    def bootstrap(self, target_q: np.ndarray, rollout: Rollout) -> np.ndarray:
+        """The value of s_{t+1} for every step, from Q(s_{t+1}, .; theta^-) of shape (T, B, A)."""
+
+    def loss(self, model, rollout: Rollout, target_model=None):
+        assert target_model is not None, "the Q methods bootstrap from the target network"
+        T, B = rollout.t_max, rollout.num_envs
+        obs = rollout.obs_tensor().view(T + 1, B, -1)
+        q_sa = model(obs[:T]).gather(-1, torch.from_numpy(rollout.actions).unsqueeze(-1))
+        q_sa = q_sa.squeeze(-1)
+        with torch.no_grad():  # theta^- never receives gradients
+            target_q = target_model(obs[1:]).numpy()
+        targets = nstep_returns(
+            rollout.rewards,
+            self.bootstrap(target_q, rollout),
+            rollout.terminated,
+            rollout.ends,
+            self.cfg.gamma,
+            self.horizon(),
+            self.cfg.missing,
+        )
+        assert targets.shape == (T, B), targets.shape
+        mask = torch.from_numpy(rollout.valid).float()
+        td = torch.from_numpy(targets) - q_sa
+        loss = (td.pow(2) * mask).sum() / mask.sum().clamp(min=1.0)
+        return loss, {"q_loss": float(loss.detach()), "epsilon": self.epsilon(0)}
