@@ -14,33 +14,11 @@ import argparse
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-
-def run_seed(seed: int, extra: list[str], workdir: Path) -> dict:
-    run_dir = workdir / f"seed{seed}"
-    cmd = [
-        "asyncrl",
-        "train",
-        "--seed",
-        str(seed),
-        "--run-dir",
-        str(run_dir),
-        "--no-progress",
-        *extra,
-    ]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"seed {seed} failed ({proc.returncode}):\n{proc.stderr}")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    summary["process_seconds"] = wall
-    return summary
+from common import run_train
 
 
 def main() -> None:
@@ -53,7 +31,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
         for seed in range(args.seeds):
-            s = run_seed(seed, args.extra, Path(tmp))
+            s = run_train(seed, args.extra, Path(tmp))
             rows.append(s)
             print(
                 f"seed {seed}: solved={s['solved']} process {s['process_seconds']:.2f} s, "

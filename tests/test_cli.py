@@ -84,7 +84,10 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
     [
         (["--env", "NoSuchEnv-v0"], "unknown environment id"),
         (["--env", "CartPol-v1"], "did you mean CartPole-v1"),
-        (["--env", "Pendulum-v1"], "Discrete action spaces"),
+        (["--env", "Pendulum-v1"], "Box action space, but a3c needs a Discrete one"),
+        (["--env", "Pendulum-v1", "--algo", "nstep-q"], "nstep-q needs a Discrete one"),
+        (["--eps-probs", "0.5", "0.6", "0.1"], "--eps-probs: give one probability"),
+        (["--target-update", "0"], "--target-update: must be >= 1"),
         (["--workers", "0"], "--workers: must be >= 1"),
         (["--gamma", "0"], "--gamma: must be in (0, 1]"),
         (["--gamma", "1.5"], "--gamma: must be in (0, 1]"),

@@ -34,3 +34,35 @@ def test_paper_preset_learns(run_dir):
     )
     summary = asyncrl.train(cfg)
     assert summary["solved"], summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_nstep_q_solves_cartpole(backend, run_dir):
+    summary = asyncrl.train(
+        algo="nstep-q",
+        backend=backend,
+        workers=2,
+        seed=0,
+        steps=1_000_000,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    assert summary["solved"], summary
+    returns = asyncrl.evaluate(run_dir, episodes=5)  # greedy in Q
+    assert sum(returns) / len(returns) >= 400, returns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["onestep-q", "onestep-sarsa"])
+def test_one_step_methods_pass_195_within_a_million_steps(algo, run_dir):
+    summary = asyncrl.train(
+        algo=algo,
+        workers=2,
+        seed=0,
+        steps=1_000_000,
+        target_return=195.0,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    assert summary["solved"], summary

@@ -1,5 +1,6 @@
 """The worker loop's rollouts: next-step autoreset, truncation vs termination, counters."""
 
+import itertools
 import queue
 import threading
 import typing
@@ -116,3 +117,48 @@ def test_make_vec_env_uses_next_step_autoreset(env_id):
     obs, _ = env.reset(seed=0)
     assert obs.shape[0] == 2
     env.close()
+
+
+def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
+    from asyncrl.algos.onestep_sarsa import OneStepSarsa
+
+    class RecordingSarsa(OneStepSarsa):
+        seen: typing.ClassVar[list] = []
+
+        def loss(self, model, rollout, target_model=None):
+            RecordingSarsa.seen.append({k: v.copy() for k, v in vars(rollout).items()})
+            return super().loss(model, rollout, target_model)
+
+    import multiprocessing
+
+    monkeypatch.setitem(algos.REGISTRY, "onestep-sarsa", RecordingSarsa)
+    cfg = Config(
+        algo="onestep-sarsa",
+        env="CartPole-v1",
+        steps=200,
+        async_update=5,
+        envs_per_worker=2,
+        hidden=(4,),
+        eps_start=0.5,
+        eps_finals=(0.5,),
+        eps_probs=(1.0,),
+    )
+    info = probe_env(cfg.env, cfg.algo)
+    params = flatten_parameters(build_model(RecordingSarsa(cfg, info).model_spec()))
+    shared = SharedState(
+        params,
+        SharedRMSprop(params, 1e-3),
+        params.clone(),
+        multiprocessing.Value("q", 0),
+        multiprocessing.Value("q", 0),
+        queue.Queue(),
+        threading.Event(),
+    )
+    run_worker(0, cfg, info, shared)
+    seen = RecordingSarsa.seen
+    assert len(seen) > 10
+    for prev, nxt in itertools.pairwise(seen):
+        np.testing.assert_array_equal(nxt["actions"][0], prev["next_actions"])
+    # one-step methods update at an episode end: some rollouts were cut short
+    assert any(len(r["rewards"]) < 5 for r in seen)
+    assert all(len(r["obs"]) == len(r["rewards"]) + 1 for r in seen)

@@ -30,7 +30,7 @@ class Config:
     """number of actor-learners (default: one per CPU core)"""
     envs_per_worker: int = 16
     """environments each worker steps together in one batched forward pass (paper: 1)"""
-    steps: int = 1_000_000
+    steps: int = 500_000
     """global env-step budget: training stops when the workers have taken this many steps"""
     target_return: float | None = None
     """stop when the mean return of the last `window` episodes reaches this
@@ -64,8 +64,8 @@ class Config:
     """A3C: weight of the value loss (R - V)^2"""
     max_grad_norm: float = 40.0
     """clip each update's gradient to this global norm; 0 disables (paper: 40)"""
-    hidden: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the MLP"""
+    hidden: tuple[int, ...] | None = None
+    """hidden layer sizes of the MLP (default: 64 64 for A3C, 128 128 for the Q methods)"""
     shared_trunk: bool = False
     """A3C: actor and critic share the hidden layers (the paper: --shared-trunk) or are
     separate networks"""
@@ -77,7 +77,7 @@ class Config:
     at an episode end (paper: I_AsyncUpdate = 5)"""
     eps_start: float = 1.0
     """Q methods: exploration epsilon at the start, annealed linearly to each worker's final one"""
-    eps_finals: tuple[float, ...] = (0.1, 0.01, 0.5)
+    eps_finals: tuple[float, ...] = (0.1, 0.01, 0.05)
     """Q methods: final epsilons a worker draws its own from (paper: 0.1, 0.01, 0.5)"""
     eps_probs: tuple[float, ...] = (0.4, 0.3, 0.3)
     """Q methods: probabilities of the final epsilons (paper: 0.4, 0.3, 0.3)"""
@@ -97,6 +97,12 @@ class Config:
     @property
     def num_workers(self) -> int:
         return self.workers if self.workers is not None else (os.cpu_count() or 1)
+
+    @property
+    def hidden_sizes(self) -> tuple[int, ...]:
+        if self.hidden is not None:
+            return tuple(self.hidden)
+        return (64, 64) if self.algo == "a3c" else (128, 128)
 
     @property
     def horizon(self) -> int:
@@ -146,8 +152,27 @@ class Config:
         need(self.entropy_coef >= 0.0, "entropy-coef", f"must be >= 0, got {self.entropy_coef}")
         need(self.value_coef >= 0.0, "value-coef", f"must be >= 0, got {self.value_coef}")
         need(self.max_grad_norm >= 0.0, "max-grad-norm", f"must be >= 0, got {self.max_grad_norm}")
+        need(self.target_update >= 1, "target-update", f"must be >= 1, got {self.target_update}")
+        need(self.async_update >= 1, "async-update", f"must be >= 1, got {self.async_update}")
         need(
-            len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
+            all(0.0 <= e <= 1.0 for e in (self.eps_start, *self.eps_finals)),
+            "eps-finals",
+            "exploration epsilons must lie in [0, 1]",
+        )
+        need(
+            len(self.eps_finals) == len(self.eps_probs) >= 1
+            and all(p >= 0 for p in self.eps_probs)
+            and abs(sum(self.eps_probs) - 1.0) < 1e-6,
+            "eps-probs",
+            "give one probability per final epsilon, summing to 1",
+        )
+        need(
+            self.eps_anneal_steps >= 1,
+            "eps-anneal-steps",
+            f"must be >= 1, got {self.eps_anneal_steps}",
+        )
+        need(
+            self.hidden is None or (len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden)),
             "hidden",
             f"give one or more positive layer sizes, got {self.hidden}",
         )
@@ -164,14 +189,16 @@ class Config:
             raise UserError(f"unknown config field(s) {', '.join(unknown)}")
         d = dict(d)
         for name in ("hidden", "eps_finals", "eps_probs"):
-            if name in d:
+            if d.get(name) is not None:
                 d[name] = tuple(d[name])
         return cls(**d)
 
 
 # The paper's setting, one flag away (Mnih et al., 2016, supplement Section 8): one env per
 # actor-learner, t_max = 5, shared RMSProp with alpha 0.99 and eps 0.1, gradient clipping at 40,
-# entropy 0.01, linear annealing. The paper samples lr log-uniformly in [1e-4, 1e-2]; 7e-4 is
+# entropy 0.01, linear annealing; for the Q methods a target network refreshed every 40,000
+# frames, I_AsyncUpdate = 5, epsilon annealed over 4M frames to finals {0.1, 0.01, 0.5} with
+# probabilities {0.4, 0.3, 0.3}. The paper samples lr log-uniformly in [1e-4, 1e-2]; 7e-4 is
 # the usual single choice.
 _PRESETS: dict[str, dict[str, Any]] = {
     "cartpole": {},
@@ -186,6 +213,11 @@ _PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=40.0,
         lr_schedule="linear",
         shared_trunk=True,
+        target_update=40_000,
+        async_update=5,
+        eps_finals=(0.1, 0.01, 0.5),
+        eps_probs=(0.4, 0.3, 0.3),
+        eps_anneal_steps=4_000_000,
     ),
 }
 

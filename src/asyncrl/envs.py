@@ -20,6 +20,12 @@ import numpy as np
 
 from asyncrl.errors import UserError
 
+# Said in the error for a continuous action space: which algorithms could take it.
+DISCRETE_ONLY = (
+    "no asyncrl algorithm supports other action spaces yet "
+    "(a3c, nstep-q, onestep-q and onestep-sarsa all need Discrete actions)"
+)
+
 
 @dataclass(frozen=True)
 class EnvInfo:
@@ -61,8 +67,8 @@ def probe_env(env_id: str, algo: str) -> EnvInfo:
         env.close()
     if not isinstance(act_space, gym.spaces.Discrete):
         raise UserError(
-            f"--env: {env_id} has a {type(act_space).__name__} action space; {algo} supports "
-            "Discrete action spaces only (choose a discrete-action env such as CartPole-v1)"
+            f"--env: {env_id} has a {type(act_space).__name__} action space, but {algo} needs a "
+            f"Discrete one; {DISCRETE_ONLY} (choose a discrete-action env such as CartPole-v1)"
         )
     if not isinstance(obs_space, gym.spaces.Box) or obs_space.shape is None:
         raise UserError(

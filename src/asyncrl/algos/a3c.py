@@ -34,7 +34,7 @@ class A3C(Algorithm):
             kind="actor-critic",
             obs_dim=self.info.obs_dim,
             n_actions=self.info.n_actions,
-            hidden=tuple(self.cfg.hidden),
+            hidden=self.cfg.hidden_sizes,
             shared_trunk=self.cfg.shared_trunk,
         )
 

@@ -31,7 +31,7 @@ class ValueBased(Algorithm):
             kind="q",
             obs_dim=self.info.obs_dim,
             n_actions=self.info.n_actions,
-            hidden=tuple(self.cfg.hidden),
+            hidden=self.cfg.hidden_sizes,
         )
 
     def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:
@@ -83,4 +83,4 @@ class ValueBased(Algorithm):
         mask = torch.from_numpy(rollout.valid).float()
         td = torch.from_numpy(targets) - q_sa
         loss = (td.pow(2) * mask).sum() / mask.sum().clamp(min=1.0)
-        return loss, {"q_loss": float(loss.detach()), "epsilon": self.epsilon(0)}
+        return loss, {"q_loss": float(loss.detach())}
