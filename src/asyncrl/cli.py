@@ -26,7 +26,7 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
         default = f.default
-        help_ = f"{docs.get(f.name, '')} (default: {default})"
+        help_ = docs.get(f.name, "") + ("" if default is None else f" (default: {default})")
         args = typing.get_args(hint)
         optional = type(None) in args
         if optional:
