@@ -43,7 +43,7 @@ def measure(algo: str, workers: int, seeds: int, budget: int, tmp: Path) -> dict
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--budget", type=int, default=1_000_000, help="env steps per run")
+    p.add_argument("--budget", type=int, default=500_000, help="env steps per run")
     p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()

@@ -31,3 +31,79 @@ gym.register(
     max_episode_steps=5,
     kwargs={"terminate_at": 2},
 )
+
+
+class BadShapeEnv(CounterEnv):
+    """Declares a 1-dim observation but returns a 3-dim one."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+
+gym.register("asyncrl-test/BadShape-v0", entry_point=BadShapeEnv, max_episode_steps=3)
+
+
+# ---------------------------------------------------------------- fault injection
+# CartPole whose copy in a chosen worker misbehaves once, at a chosen step. "Once" is kept in a
+# marker file, so a restarted worker (a new process, too) does not misbehave again; the file
+# lives where the test says (the FAULT_DIR environment variable, inherited by workers).
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv  # noqa: E402
+
+from asyncrl.worker import current_worker_id  # noqa: E402
+
+
+class FaultyCartPole(CartPoleEnv):
+    def __init__(self, fault="raise", worker=0, at_step=2000, once=True, **kw):
+        super().__init__(**kw)
+        self.fault, self.worker, self.at_step, self.once = fault, worker, at_step, once
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        fire = self.steps == self.at_step and current_worker_id() == self.worker and self._arm()
+        if fire:
+            self._misbehave()
+        obs, r, term, trunc, info = super().step(action)
+        if fire and self.fault == "nan-obs":
+            obs = obs.copy()
+            obs[0] = np.nan
+        return obs, r, term, trunc, info
+
+    def _arm(self):
+        marker = Path(os.environ["FAULT_DIR"]) / f"fired-{self.fault}-{self.worker}"
+        if self.once and marker.exists():
+            return False
+        marker.touch()
+        return True
+
+    def _misbehave(self):
+        if self.fault == "raise":
+            raise RuntimeError(f"injected fault in worker {self.worker}")
+        if self.fault == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.fault == "hang":
+            time.sleep(3600)
+        if self.fault == "sigint-main":
+            os.kill(os.getpid(), signal.SIGINT)  # threads backend: the main thread handles it
+
+
+for _fault in ("raise", "kill", "hang", "nan-obs", "sigint-main"):
+    gym.register(
+        f"asyncrl-test/CartPole-{_fault}-v0",
+        entry_point=FaultyCartPole,
+        max_episode_steps=500,
+        reward_threshold=475.0,
+        kwargs={"fault": _fault, "at_step": 700 if _fault == "sigint-main" else 300},
+    )
+gym.register(
+    "asyncrl-test/CartPole-always-raise-v0",
+    entry_point=FaultyCartPole,
+    max_episode_steps=500,
+    kwargs={"fault": "raise", "once": False, "at_step": 50},
+)

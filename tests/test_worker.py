@@ -19,6 +19,27 @@ from asyncrl.optim import SharedRMSprop
 from asyncrl.worker import SharedState, run_worker
 
 
+def make_shared(params, target=None, workers=1):
+    return SharedState(
+        params=params,
+        optimizer=SharedRMSprop(params, 1e-3),
+        target_params=target,
+        counters=torch.zeros((3, workers), dtype=torch.int64),
+        heartbeat=torch.zeros(workers, dtype=torch.float64),
+        incarnation=torch.zeros(workers, dtype=torch.int64),
+        checkpoint_request=torch.zeros(1, dtype=torch.int64),
+        queue=queue.Queue(),
+        stop=threading.Event(),
+    )
+
+
+def drain(q):
+    msgs = []
+    while not q.empty():
+        msgs.append(q.get())
+    return msgs
+
+
 class Recording(A3C):
     """A3C that keeps a copy of every rollout it is asked to learn from."""
 
@@ -30,28 +51,15 @@ class Recording(A3C):
 
 
 def run(env_id, steps, t_max, monkeypatch):
-    import multiprocessing
-
     monkeypatch.setitem(algos.REGISTRY, "a3c", Recording)
     Recording.seen = []
     cfg = Config(env=env_id, steps=steps, t_max=t_max, envs_per_worker=1, hidden=(4,))
     info = probe_env(env_id, "a3c")
     model = build_model(Recording(cfg, info).model_spec())
     params = flatten_parameters(model)
-    shared = SharedState(
-        params,
-        SharedRMSprop(params, 1e-3),
-        None,
-        multiprocessing.Value("q", 0),
-        multiprocessing.Value("q", 0),
-        queue.Queue(),
-        threading.Event(),
-    )
-    run_worker(0, cfg, info, shared)
-    msgs = []
-    while not shared.queue.empty():
-        msgs.append(shared.queue.get())
-    return shared, msgs
+    shared = make_shared(params)
+    run_worker(0, 0, cfg, info, shared)
+    return shared, drain(shared.queue)
 
 
 def test_truncated_episode_bootstraps_from_its_final_observation(monkeypatch):
@@ -66,9 +74,9 @@ def test_truncated_episode_bootstraps_from_its_final_observation(monkeypatch):
     np.testing.assert_array_equal(ro["valid"][:, 0], [True, True, True, False])
     np.testing.assert_array_equal(ro["rewards"][:, 0], [1, 1, 1, 0])
     assert msgs[0][:3] == ("episodes", 0, [(3.0, 3)])
-    assert msgs[-1] == ("done", 0)
-    assert int(shared.steps.value) == 6  # valid steps only
-    assert int(shared.episodes.value) == 2
+    assert msgs[-1][:3] == ("done", 0, 0)
+    assert shared.global_steps() == 6  # valid steps only
+    assert int(shared.counters[1].sum()) == 2  # episodes
 
 
 def test_terminated_episode_is_flagged(monkeypatch):
@@ -84,28 +92,17 @@ def test_worker_error_is_reported_not_swallowed(monkeypatch):
         def loss(self, *a, **k):
             raise FloatingPointError("boom")
 
-    import multiprocessing
-
     monkeypatch.setitem(algos.REGISTRY, "a3c", Broken)
     cfg = Config(steps=100, t_max=2, envs_per_worker=1, hidden=(4,))
     info = probe_env(cfg.env, "a3c")
     params = flatten_parameters(build_model(Broken(cfg, info).model_spec()))
-    q = queue.Queue()
-    shared = SharedState(
-        params,
-        SharedRMSprop(params, 1e-3),
-        None,
-        multiprocessing.Value("q", 0),
-        multiprocessing.Value("q", 0),
-        q,
-        threading.Event(),
-    )
+    shared = make_shared(params, workers=4)
     before = params.clone()
-    run_worker(3, cfg, info, shared)
-    kind, worker, text, tb = q.get()
-    assert (kind, worker) == ("error", 3) and "FloatingPointError: boom" in text
-    assert "Traceback" in tb
-    assert q.get() == ("done", 3)
+    run_worker(3, 0, cfg, info, shared)
+    kind, worker, _inc, severity, text, tb = shared.queue.get()
+    assert (kind, worker, severity) == ("error", 3, "error")
+    assert "FloatingPointError: boom" in text and "Traceback" in tb
+    assert shared.queue.get() == ("done", 3, 0, None)
     assert torch.equal(params, before)
 
 
@@ -129,8 +126,6 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
             RecordingSarsa.seen.append({k: v.copy() for k, v in vars(rollout).items()})
             return super().loss(model, rollout, target_model)
 
-    import multiprocessing
-
     monkeypatch.setitem(algos.REGISTRY, "onestep-sarsa", RecordingSarsa)
     cfg = Config(
         algo="onestep-sarsa",
@@ -145,16 +140,8 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
     )
     info = probe_env(cfg.env, cfg.algo)
     params = flatten_parameters(build_model(RecordingSarsa(cfg, info).model_spec()))
-    shared = SharedState(
-        params,
-        SharedRMSprop(params, 1e-3),
-        params.clone(),
-        multiprocessing.Value("q", 0),
-        multiprocessing.Value("q", 0),
-        queue.Queue(),
-        threading.Event(),
-    )
-    run_worker(0, cfg, info, shared)
+    shared = make_shared(params, target=params.clone())
+    run_worker(0, 0, cfg, info, shared)
     seen = RecordingSarsa.seen
     assert len(seen) > 10
     for prev, nxt in itertools.pairwise(seen):
@@ -162,3 +149,38 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
     # one-step methods update at an episode end: some rollouts were cut short
     assert any(len(r["rewards"]) < 5 for r in seen)
     assert all(len(r["obs"]) == len(r["rewards"]) + 1 for r in seen)
+
+
+def test_nonfinite_updates_are_never_applied(monkeypatch):
+    class NaNLoss(A3C):
+        def loss(self, model, rollout, target_model=None):
+            loss, stats = super().loss(model, rollout, target_model)
+            return loss * float("nan"), stats
+
+    monkeypatch.setitem(algos.REGISTRY, "a3c", NaNLoss)
+    cfg = Config(steps=10_000, t_max=2, envs_per_worker=1, hidden=(4,), max_nonfinite=3)
+    info = probe_env(cfg.env, "a3c")
+    params = flatten_parameters(build_model(NaNLoss(cfg, info).model_spec()))
+    shared = make_shared(params)
+    before = params.clone()
+    run_worker(0, 0, cfg, info, shared)
+    msgs = drain(shared.queue)
+    assert [m[0] for m in msgs if m[0] == "nonfinite"] == ["nonfinite"] * 3
+    error = next(m for m in msgs if m[0] == "error")
+    assert error[3] == "fatal" and "3 non-finite updates in a row" in error[4]
+    assert torch.equal(params, before)
+    assert int(shared.counters[2].sum()) == 3
+
+
+def test_a_finished_worker_leaves_a_snapshot_of_its_state():
+    cfg = Config(steps=64, t_max=4, envs_per_worker=2, hidden=(4,))
+    info = probe_env(cfg.env, "a3c")
+    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    shared = make_shared(params)
+    run_worker(0, 0, cfg, info, shared)
+    done = drain(shared.queue)[-1]
+    snap = done[3]
+    assert done[:3] == ("done", 0, 0)
+    np.testing.assert_array_equal(snap["params"], params.numpy())
+    assert snap["counters"][0].sum() == shared.global_steps()
+    assert snap["worker"]["envs"] is not None and "square_avg" in snap["optimizer"]

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from asyncrl.config import PRESETS, Config, field_docs, preset
 from asyncrl.errors import UserError
+from asyncrl.trainer import Interrupted, TrainingError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="cartpole",
         help="base hyper-parameters: the tuned CartPole defaults or the paper's",
     )
+    t.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue RUN_DIR from its last checkpoint (its config.json, updated by the "
+        "options given here)",
+    )
     _debug(t)
     _add_config_options(t)
 
@@ -95,8 +103,10 @@ def _train(ns: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(Config)}
     # nargs="+" options arrive as lists; the config holds tuples
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if k in fields}
-    cfg = preset(ns.preset, **given)
-    s = train(cfg)
+    if ns.resume is not None:
+        s = train(resume=ns.resume, **given)
+    else:
+        s = train(preset(ns.preset, **given))
     if s["solved"]:
         print(
             f"solved: mean return {s['rolling_return']:.1f} >= {s['target_return']:g} after "
@@ -142,15 +152,19 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"asyncrl {ns.command}: error: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:
+        print(f"asyncrl {ns.command}: {e}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print(f"asyncrl {ns.command}: interrupted", file=sys.stderr)
         return 130
+    except TrainingError as e:
+        if ns.debug and e.details:
+            print(e.details, file=sys.stderr)
+        print(f"asyncrl {ns.command}: error: {e}", file=sys.stderr)
+        return 1
     except Exception as e:
-        from asyncrl.monitor import WorkerError
-
         if ns.debug:
-            if isinstance(e, WorkerError) and e.details:
-                print(e.details, file=sys.stderr)
             raise
         print(
             f"asyncrl {ns.command}: error: {e} (run with --debug for the traceback)",

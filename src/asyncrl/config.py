@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import math
 import os
 import textwrap
 from dataclasses import dataclass
@@ -88,6 +89,15 @@ class Config:
     run_dir: str | None = None
     """directory for config, episodes.csv, model, summary
     (default: runs/ENV-ALGO-TIME); never overwritten"""
+    checkpoint_every: str = "60s"
+    """checkpoint interval: seconds ('60s') or global steps ('100000'); '0' checkpoints only at
+    the end"""
+    max_worker_restarts: int = 10
+    """restarts of failed or hung workers allowed in the whole run before it stops"""
+    worker_timeout: float = 60.0
+    """seconds without an update after which a worker counts as hung and is restarted"""
+    max_nonfinite: int = 10
+    """non-finite losses or gradients in a row (none is ever applied) before the run stops"""
     tensorboard: bool = True
     """write TensorBoard scalars to RUN_DIR/tb when tensorboard is installed"""
     progress: bool = True
@@ -103,6 +113,19 @@ class Config:
         if self.hidden is not None:
             return tuple(self.hidden)
         return (64, 64) if self.algo == "a3c" else (128, 128)
+
+    def checkpoint_interval(self) -> tuple[str, float]:
+        """('seconds', x), ('steps', n) or ('off', 0); ValueError if malformed."""
+        text = str(self.checkpoint_every).strip().lower()
+        if text.endswith("s"):
+            value = float(text[:-1])
+            kind = "seconds"
+        else:
+            value = float(int(text))
+            kind = "steps"
+        if value < 0 or not math.isfinite(value):
+            raise ValueError(text)
+        return ("off", 0.0) if value == 0 else (kind, value)
 
     @property
     def horizon(self) -> int:
@@ -171,6 +194,21 @@ class Config:
             "eps-anneal-steps",
             f"must be >= 1, got {self.eps_anneal_steps}",
         )
+        try:
+            self.checkpoint_interval()
+        except ValueError:
+            need(
+                False,
+                "checkpoint-every",
+                f"give seconds ('60s') or global steps ('100000'), got {self.checkpoint_every!r}",
+            )
+        need(
+            self.max_worker_restarts >= 0,
+            "max-worker-restarts",
+            f"must be >= 0, got {self.max_worker_restarts}",
+        )
+        need(self.worker_timeout > 0, "worker-timeout", f"must be > 0, got {self.worker_timeout}")
+        need(self.max_nonfinite >= 1, "max-nonfinite", f"must be >= 1, got {self.max_nonfinite}")
         need(
             self.hidden is None or (len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden)),
             "hidden",

@@ -13,6 +13,7 @@ exactly what a truncated episode must bootstrap from -- and masks out the reset 
 from __future__ import annotations
 
 import difflib
+import pickle
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -63,6 +64,9 @@ def probe_env(env_id: str, algo: str) -> EnvInfo:
         raise UserError(f"--env: cannot create {env_id!r}: {e}") from None
     try:
         obs_space, act_space = env.observation_space, env.action_space
+        obs, _ = env.reset(seed=0)
+    except Exception as e:
+        raise UserError(f"--env: {env_id} fails on reset: {type(e).__name__}: {e}") from None
     finally:
         env.close()
     if not isinstance(act_space, gym.spaces.Discrete):
@@ -74,6 +78,13 @@ def probe_env(env_id: str, algo: str) -> EnvInfo:
         raise UserError(
             f"--env: {env_id} has a {type(obs_space).__name__} observation space; asyncrl "
             "supports Box observations (wrap the env with gymnasium.wrappers.FlattenObservation)"
+        )
+    obs = np.asarray(obs)
+    if obs.shape != obs_space.shape or not np.can_cast(obs.dtype, np.float32, "same_kind"):
+        raise UserError(
+            f"--env: {env_id} returned an observation of shape {obs.shape} and dtype {obs.dtype}"
+            f", but its observation_space declares {obs_space.shape} {obs_space.dtype}; fix the "
+            "env or wrap it so the two agree"
         )
     return EnvInfo(
         env_id=env_id,
@@ -94,3 +105,21 @@ def make_vec_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     if autoreset is not None and autoreset != gym.vector.AutoresetMode.NEXT_STEP:
         raise RuntimeError(f"{env_id}: expected next-step autoreset, got {autoreset}")
     return env
+
+
+def dump_vec_env(env: gym.vector.VectorEnv) -> bytes | None:
+    """The vector env's whole state as bytes for a checkpoint, or None if it cannot be pickled.
+
+    SyncVectorEnv keeps the factory functions it was built from (often lambdas, which pickle
+    cannot take); they are not needed once the envs exist, so they are left out.
+    """
+    fns = getattr(env, "env_fns", None)
+    try:
+        if fns is not None:
+            env.env_fns = None
+        return pickle.dumps(env)
+    except Exception:
+        return None
+    finally:
+        if fns is not None:
+            env.env_fns = fns

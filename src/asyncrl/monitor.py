@@ -1,42 +1,22 @@
-"""The main process's side of a run: the episode stream drives the progress display,
-``episodes.csv``, TensorBoard scalars and the stop rule."""
+"""The episode stream's consumer in the main process: progress display, ``episodes.csv``,
+TensorBoard scalars and the stop rule."""
 
 from __future__ import annotations
 
 import collections
 import csv
-import queue
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from asyncrl.tbevents import ScalarWriter
 
-
-class WorkerError(RuntimeError):
-    """A worker failed; the message names the worker and the error, ``details`` its traceback."""
-
-    def __init__(self, message: str, details: str = ""):
-        super().__init__(message)
-        self.details = details
-
-
-@dataclass
-class RunStats:
-    """What the monitor measured; the trainer turns it into ``summary.json``."""
-
-    episodes: int = 0
-    solved: bool = False
-    solve_seconds: float | None = None
-    solve_steps: int | None = None
-    rolling_return: float | None = None
-    returns: collections.deque = field(default_factory=collections.deque)
+CSV_HEADER = ["episode", "worker", "return", "length", "global_step", "wall_seconds"]
 
 
 class Monitor:
-    """Consumes worker messages until every worker is done."""
+    """Counts episodes, keeps the rolling mean, decides when the target is reached."""
 
     def __init__(
         self,
@@ -45,123 +25,109 @@ class Monitor:
         total_steps: int,
         target_return: float | None,
         window: int,
-        num_workers: int,
-        t0: float,
         progress: bool,
         tensorboard: bool,
+        state: dict | None = None,
     ):
         self.total_steps = total_steps
         self.target = target_return
         self.window = window
-        self.num_workers = num_workers
-        self.t0 = t0
-        self.stats = RunStats(returns=collections.deque(maxlen=window))
+        self.returns: collections.deque[float] = collections.deque(maxlen=window)
+        self.episodes = 0
+        self.solved = False
+        self.solve_seconds: float | None = None
+        self.solve_steps: int | None = None
         self.global_step = 0
-        self._csv_file = open(run_dir / "episodes.csv", "w", newline="")  # noqa: SIM115
+        elapsed = 0.0
+        path = run_dir / "episodes.csv"
+        if state is None:
+            self._csv_file = open(path, "w", newline="")  # noqa: SIM115 (closed in close())
+            csv.writer(self._csv_file).writerow(CSV_HEADER)
+        else:
+            # Resume: rows past the checkpoint are dropped (the resumed run makes them again),
+            # every row before it stays; new rows are appended.
+            self._csv_file = open(path, "r+", newline="")  # noqa: SIM115
+            self._csv_file.truncate(state["csv_bytes"])
+            self._csv_file.seek(state["csv_bytes"])
+            self.returns.extend(state["returns"][-window:])
+            self.episodes = state["episodes"]
+            self.solved = state["solved"]
+            self.solve_seconds, self.solve_steps = state["solve_seconds"], state["solve_steps"]
+            self.global_step = state["global_step"]
+            elapsed = state["elapsed"]
+        self.t0 = time.perf_counter() - elapsed  # wall time continues across a resume
         self._csv = csv.writer(self._csv_file)
-        self._csv.writerow(["episode", "worker", "return", "length", "global_step", "wall_seconds"])
         self._tb = ScalarWriter(run_dir / "tb") if tensorboard else None
         self._live = progress and sys.stderr.isatty()
         self._bar: Any = None
-        self._last_log = t0
-        self._worker_traceback = ""
+        self._last_log = time.perf_counter()
 
-    # ------------------------------------------------------------------ consuming messages
-    def run(self, q: Any, stop: Any, alive: Any, step_counter: Any) -> None:
-        """Drain ``q`` until all workers said done; set ``stop`` when the stop rule fires.
+    @property
+    def rolling_return(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
 
-        ``alive()`` lists the workers that still run: one that died without saying done
-        (killed by a signal, say) is an error, not a silent loss of an actor.
-        """
-        done: set[int] = set()
-        errors: list[str] = []
-        self._start_display()
-        try:
-            while len(done) < self.num_workers:
-                try:
-                    msg = q.get(timeout=0.1)
-                except queue.Empty:
-                    self.global_step = max(self.global_step, int(step_counter.value))
-                    self._check_dead(q, alive(), done, errors, stop)
-                    self._refresh()
-                    continue
-                self._handle(msg, done, errors, stop)
-                self._refresh()
-        finally:
-            self._stop_display()
-            self._csv_file.close()
-            if self._tb is not None:
-                self._tb.close()
-        if errors:
-            raise WorkerError(errors[0], self._worker_traceback)
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
 
-    def _check_dead(
-        self, q: Any, alive: list[bool], done: set[int], errors: list[str], stop: Any
-    ) -> None:
-        dead = [i for i, a in enumerate(alive) if not a and i not in done]
-        if not dead:
-            return
-        while True:  # a dead worker's last messages may still be in flight
-            try:
-                self._handle(q.get(timeout=0.2), done, errors, stop)
-            except queue.Empty:
-                break
-        for i in dead:
-            if i not in done:
-                errors.append(f"worker {i} died without a report (killed by a signal?)")
-                done.add(i)
-                stop.set()
-
-    def _handle(self, msg: tuple, done: set[int], errors: list[str], stop: Any) -> None:
-        kind = msg[0]
-        if kind == "episodes":
-            _, worker, finished, step = msg
-            self.global_step = max(self.global_step, step)
-            for ret, length in finished:
-                self._episode(worker, ret, length, step, stop)
-        elif kind == "done":
-            done.add(msg[1])
-        elif kind == "error":
-            _, worker, text, tb = msg
-            errors.append(f"worker {worker} failed: {text}")
-            self._worker_traceback = self._worker_traceback or tb
-            stop.set()
-
-    def _episode(self, worker: int, ret: float, length: int, step: int, stop: Any) -> None:
-        s = self.stats
-        s.episodes += 1
-        s.returns.append(ret)
-        wall = time.perf_counter() - self.t0
-        self._csv.writerow([s.episodes, worker, f"{ret:.6g}", length, step, f"{wall:.3f}"])
-        s.rolling_return = sum(s.returns) / len(s.returns)
+    def episode(self, worker: int, ret: float, length: int, step: int) -> bool:
+        """Record one finished episode; True when this one makes the stop rule fire."""
+        self.episodes += 1
+        self.returns.append(ret)
+        self.global_step = max(self.global_step, step)
+        wall = self.elapsed()
+        self._csv.writerow([self.episodes, worker, f"{ret:.6g}", length, step, f"{wall:.3f}"])
+        mean = self.rolling_return
         if self._tb is not None:
             self._tb.add_scalar("episode/return", ret, step)
             self._tb.add_scalar("episode/length", length, step)
-            self._tb.add_scalar(f"episode/rolling_return_{self.window}", s.rolling_return, step)
+            self._tb.add_scalar(f"episode/rolling_return_{self.window}", mean, step)
         if (
-            not s.solved
+            not self.solved
             and self.target is not None
-            and len(s.returns) == self.window
-            and s.rolling_return >= self.target
+            and len(self.returns) == self.window
+            and mean >= self.target
         ):
-            s.solved = True
-            s.solve_seconds = wall
-            s.solve_steps = step
-            stop.set()
+            self.solved, self.solve_seconds, self.solve_steps = True, wall, step
+            return True
+        return False
+
+    def state_dict(self) -> dict:
+        self._csv_file.flush()
+        return {
+            "csv_bytes": self._csv_file.tell(),
+            "returns": list(self.returns),
+            "episodes": self.episodes,
+            "solved": self.solved,
+            "solve_seconds": self.solve_seconds,
+            "solve_steps": self.solve_steps,
+            "global_step": self.global_step,
+            "elapsed": self.elapsed(),
+        }
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        if self._tb is not None:
+            self._tb.add_scalar(tag, value, step)
 
     # ------------------------------------------------------------------ display
-    def _line(self) -> str:
-        elapsed = time.perf_counter() - self.t0
+    def line(self) -> str:
+        elapsed = self.elapsed()
         sps = self.global_step / max(elapsed, 1e-9)
-        ret = self.stats.rolling_return
+        ret = self.rolling_return
         ret_s = "-" if ret is None else f"{ret:.1f}"
         return (
             f"[{elapsed:6.1f}s] steps {self.global_step:,}/{self.total_steps:,} "
-            f"({sps:,.0f}/s)  episodes {self.stats.episodes:,}  "
+            f"({sps:,.0f}/s)  episodes {self.episodes:,}  "
             f"return(last {self.window}) {ret_s}"
         )
 
-    def _start_display(self) -> None:
+    def log(self, message: str) -> None:
+        """A line for the user that does not tear the progress bar."""
+        if self._bar is not None:
+            self._bar.console.print(message, highlight=False, markup=False)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def start_display(self) -> None:
         if not self._live:
             return
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -172,20 +138,23 @@ class Monitor:
             TextColumn("{task.fields[line]}"),
             TimeElapsedColumn(),
             refresh_per_second=4,
-            transient=False,
         )
         self._bar.start()
         self._task = self._bar.add_task("train", total=self.total_steps, line="")
 
-    def _refresh(self) -> None:
+    def refresh(self, global_step: int) -> None:
+        self.global_step = max(self.global_step, global_step)
         now = time.perf_counter()
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.global_step, line=self._line())
+            self._bar.update(self._task, completed=self.global_step, line=self.line())
         elif now - self._last_log >= 5.0:
             self._last_log = now
-            print(self._line(), file=sys.stderr, flush=True)
+            print(self.line(), file=sys.stderr, flush=True)
 
-    def _stop_display(self) -> None:
+    def close(self) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.global_step, line=self._line())
+            self._bar.update(self._task, completed=self.global_step, line=self.line())
             self._bar.stop()
+        self._csv_file.close()
+        if self._tb is not None:
+            self._tb.close()

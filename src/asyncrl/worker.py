@@ -1,157 +1,323 @@
 """The actor-learner loop: one function that every backend runs unchanged.
 
-loop:
-    theta'  <- theta                     pull the global parameters (one flat copy)
-    collect up to t_max steps of each of the worker's envs with pi(.; theta')
-    loss    <- algorithm.loss(rollout)    A3C | n-step Q | one-step Q | one-step Sarsa
-    d theta <- grad(loss); clip           one batched backward pass for the whole rollout
-    theta   <- shared optimizer step      lock-free (Hogwild), statistics shared
-    report finished episodes; count global steps
+    loop:
+        theta'  <- theta                     pull the global parameters (one flat copy)
+        collect up to t_max steps of each of the worker's envs with pi(.; theta')
+        loss    <- algorithm.loss(rollout)    A3C | n-step Q | one-step Q | one-step Sarsa
+        d theta <- grad(loss); clip           one batched backward pass for the whole rollout
+        theta   <- shared optimizer step      lock-free (Hogwild), statistics shared
+        report finished episodes; count global steps
+
+Counters are lock-free: each worker adds to its own slot of a shared int64 tensor and reads
+the global value as the sum of the slots, so no lock can be left held by a killed worker.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import pickle
+import threading
+import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
 from asyncrl.algos import make_algorithm
 from asyncrl.config import Config
-from asyncrl.envs import EnvInfo, make_vec_env
+from asyncrl.envs import EnvInfo, dump_vec_env, make_vec_env
 from asyncrl.models import build_model, flat_grad, flatten_parameters
 from asyncrl.optim import SharedOptimizer, clip_grad_norm_, linear_lr
 from asyncrl.rollout import Rollout
 
+# Rows of SharedState.counters (one column per worker).
+STEPS, EPISODES, NONFINITE = 0, 1, 2
 
-class Counter(Protocol):
-    """A global counter shared by the workers (multiprocessing.Value with its lock)."""
-
-    value: int
-
-    def get_lock(self) -> Any: ...
+_current = threading.local()
 
 
-def counter_add(counter: Counter, n: int) -> int:
-    """Add ``n`` and return the new value, atomically."""
-    with counter.get_lock():
-        counter.value += n
-        return int(counter.value)
+def current_worker_id() -> int | None:
+    """The id of the worker running this code (for envs that want it), else None."""
+    return getattr(_current, "worker_id", None)
 
 
 @dataclass
 class SharedState:
-    """What the workers share: global parameters, optimizer, counters, episode stream, stop."""
+    """What the workers share with each other and with the main process."""
 
-    params: torch.Tensor
+    params: torch.Tensor  # the global parameters, one flat vector
     optimizer: SharedOptimizer
-    target_params: torch.Tensor | None
-    steps: Counter
-    episodes: Counter
-    queue: Any  # messages to the main process: ("episodes", wid, [(ret, len)], step) | ...
-    stop: Any  # an Event: set by the main process (stop rule, Ctrl-C) or a worker's error
+    target_params: torch.Tensor | None  # theta^- of the Q methods
+    counters: torch.Tensor  # int64 (3, workers): steps, episodes, non-finite updates skipped
+    heartbeat: torch.Tensor  # float64 (workers,): time.time() of each worker's last update
+    incarnation: torch.Tensor  # int64 (workers,): bumped by the main process on a restart
+    checkpoint_request: torch.Tensor  # int64 (1,): id of the latest checkpoint request
+    queue: Any  # messages to the main process (see run_worker)
+    stop: Any  # an Event: the stop rule, the step budget, a signal, a fatal error
+
+    def global_steps(self) -> int:
+        return int(self.counters[STEPS].sum())
 
 
-def worker_seed(seed: int, worker_id: int) -> int:
-    return seed * 10_007 + worker_id
+class EnvFault(RuntimeError):
+    """The env produced something the learner must not take (a non-finite value)."""
 
 
-def run_worker(worker_id: int, cfg: Config, info: EnvInfo, shared: SharedState) -> None:
-    """Entry point of every backend's worker; errors travel to the main process as messages."""
-    # Each worker is one thread of compute: more oversubscribes the cores, the classic reason
-    # A3C stops learning.
+class Diverged(RuntimeError):
+    """Too many non-finite losses or gradients in a row: restarting will not help."""
+
+
+def worker_seed(seed: int, worker_id: int, incarnation: int = 0) -> int:
+    # A restarted worker gets fresh env state: a new stream, still a function of the seed.
+    return seed * 10_007 + worker_id + 1_000_003 * incarnation
+
+
+def run_worker(
+    worker_id: int,
+    incarnation: int,
+    cfg: Config,
+    info: EnvInfo,
+    shared: SharedState,
+    state: dict | None = None,
+) -> None:
+    """Entry point of every backend's worker. Messages to the main process:
+
+    ``("episodes", wid, [(return, length), ...], global_step)``;
+    ``("state", wid, incarnation, request_id, state)`` answering a checkpoint request;
+    ``("nonfinite", wid, global_step, what)``; ``("error", wid, incarnation, kind, text, tb)``;
+    and last ``("done", wid, incarnation, state)``.
+    """
+    # One thread of compute per worker: more oversubscribes the cores, the classic reason A3C
+    # stops learning.
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+    _current.worker_id = worker_id
+    final_state = None
     try:
-        _loop(worker_id, cfg, info, shared)
+        final_state = _Worker(worker_id, incarnation, cfg, info, shared, state).run()
     except BaseException as e:  # report, never die silently
-        shared.queue.put(("error", worker_id, f"{type(e).__name__}: {e}", traceback.format_exc()))
+        kind = "fatal" if isinstance(e, Diverged) else "error"
+        shared.queue.put(
+            (
+                "error",
+                worker_id,
+                incarnation,
+                kind,
+                f"{type(e).__name__}: {e}",
+                traceback.format_exc(),
+            )
+        )
     finally:
-        shared.queue.put(("done", worker_id))
+        shared.queue.put(("done", worker_id, incarnation, final_state))
 
 
-def _loop(worker_id: int, cfg: Config, info: EnvInfo, shared: SharedState) -> None:
-    seed = worker_seed(cfg.seed, worker_id)
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    algo = make_algorithm(cfg, info)
-    algo.start_worker(worker_id, rng)
-    spec = algo.model_spec()
-    model = build_model(spec)
-    local = flatten_parameters(model)
-    target_model, target_local = None, None
-    if algo.uses_target_network:
-        target_model = build_model(spec)
-        target_local = flatten_parameters(target_model)
-        target_model.requires_grad_(False)
+class _Worker:
+    def __init__(
+        self,
+        wid: int,
+        incarnation: int,
+        cfg: Config,
+        info: EnvInfo,
+        shared: SharedState,
+        state: dict | None,
+    ):
+        self.wid, self.incarnation, self.cfg, self.info, self.shared = (
+            wid,
+            incarnation,
+            cfg,
+            info,
+            shared,
+        )
+        seed = worker_seed(cfg.seed, wid, incarnation)
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.algo = make_algorithm(cfg, info)
+        self.algo.start_worker(wid, self.rng)
+        spec = self.algo.model_spec()
+        self.model = build_model(spec)
+        self.local = flatten_parameters(self.model)
+        self.target_model, self.target_local = None, None
+        if self.algo.uses_target_network:
+            self.target_model = build_model(spec)
+            self.target_local = flatten_parameters(self.target_model)
+            self.target_model.requires_grad_(False)
 
-    T, B = algo.rollout_length(), cfg.envs_per_worker
-    envs = make_vec_env(cfg.env, B)
-    obs, _ = envs.reset(seed=seed)
-    buf = Rollout.empty(T, B, info.obs_dim)
-    obs_t = torch.from_numpy(buf.obs)  # views: writing buf.obs[t] updates obs_t[t]
-    prev_done = np.zeros(B, bool)
-    ep_return = np.zeros(B, np.float64)
-    ep_length = np.zeros(B, np.int64)
-    next_action: np.ndarray | None = None  # drawn at the end of a rollout (Sarsa)
-    global_step = 0
+        self.T, B = self.algo.rollout_length(), cfg.envs_per_worker
+        self.buf = Rollout.empty(self.T, B, info.obs_dim)
+        self.obs_t = torch.from_numpy(self.buf.obs)  # views: buf.obs[t] writes show in obs_t[t]
+        if state is not None and state.get("envs") is not None:
+            self._restore(state)
+        else:
+            self.envs = make_vec_env(cfg.env, B)
+            self.obs, _ = self.envs.reset(seed=seed)
+            self.prev_done = np.zeros(B, bool)
+            self.ep_return = np.zeros(B, np.float64)
+            self.ep_length = np.zeros(B, np.int64)
+            self.next_action: np.ndarray | None = None  # drawn at the end of a rollout (Sarsa)
+        self.answered = int(shared.checkpoint_request[0])
+        self.bad_in_a_row = 0
+        self.parent = os.getppid()
 
-    while not shared.stop.is_set() and global_step < cfg.steps:
-        local.copy_(shared.params)
-        if target_local is not None:
-            target_local.copy_(shared.target_params)
+    # ------------------------------------------------------------------ state for checkpoints
+    def state(self) -> dict:
+        return {
+            "rng": self.rng.bit_generator.state,
+            "algo": self.algo.worker_state(),
+            # an env that cannot be pickled resumes with fresh env state
+            "envs": dump_vec_env(self.envs),
+            "obs": self.obs.copy(),
+            "prev_done": self.prev_done.copy(),
+            "ep_return": self.ep_return.copy(),
+            "ep_length": self.ep_length.copy(),
+            "next_action": None if self.next_action is None else self.next_action.copy(),
+        }
+
+    def _restore(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.algo.load_worker_state(state["algo"])
+        self.envs = pickle.loads(state["envs"])
+        self.obs = state["obs"]
+        self.prev_done = state["prev_done"]
+        self.ep_return = state["ep_return"]
+        self.ep_length = state["ep_length"]
+        self.next_action = state["next_action"]
+
+    def snapshot(self) -> dict:
+        """Worker state plus the global state as this worker leaves it (exact with 1 worker)."""
+        sh = self.shared
+        return {
+            "worker": self.state(),
+            "params": sh.params.numpy().copy(),
+            "optimizer": {k: v.numpy().copy() for k, v in sh.optimizer.state_dict().items()},
+            "target_params": None if sh.target_params is None else sh.target_params.numpy().copy(),
+            "counters": sh.counters.numpy().copy(),
+        }
+
+    # ------------------------------------------------------------------ the loop
+    def retired(self) -> bool:
+        """The main process restarted this worker (it hung), or itself died (kill -9)."""
+        return (
+            int(self.shared.incarnation[self.wid]) != self.incarnation
+            or os.getppid() != self.parent
+        )
+
+    def run(self) -> dict | None:
+        cfg, sh, algo, buf = self.cfg, self.shared, self.algo, self.buf
+        counters = sh.counters.numpy()  # a view: this worker writes only its own column
+        global_step = int(counters[STEPS].sum())
+        sh.heartbeat[self.wid] = time.time()
+        while not sh.stop.is_set() and global_step < cfg.steps:
+            if self.retired():
+                return None
+            self.local.copy_(sh.params)
+            if self.target_local is not None:
+                self.target_local.copy_(sh.target_params)
+            finished, length = self.collect(global_step)
+            ro = buf.prefix(length)
+            self.check_env_values(ro, global_step)
+
+            loss, _stats = algo.loss(self.model, ro, self.target_model)
+            self.model.zero_grad(set_to_none=True)
+            loss.backward()
+            grad = flat_grad(self.model)
+            norm = clip_grad_norm_(grad, cfg.max_grad_norm)
+            if self.retired():  # a hung worker that wakes up must not push a stale update
+                return None
+
+            n_valid = int(ro.valid.sum())
+            counters[STEPS, self.wid] += n_valid
+            global_step = int(counters[STEPS].sum())
+            if math.isfinite(norm) and math.isfinite(float(loss.detach())):
+                self.bad_in_a_row = 0
+                lr = (
+                    cfg.lr
+                    if cfg.lr_schedule == "constant"
+                    else linear_lr(cfg.lr, global_step, cfg.steps)
+                )
+                sh.optimizer.step(grad, lr)
+            else:  # never let a NaN or inf reach the shared parameters
+                self.nonfinite(counters, global_step, loss, norm)
+            period = cfg.target_update
+            if (
+                self.target_local is not None
+                and global_step // period != (global_step - n_valid) // period
+            ):
+                # The worker that crosses a multiple of target_update refreshes theta^-.
+                sh.target_params.copy_(sh.params)
+            if finished:
+                counters[EPISODES, self.wid] += len(finished)
+                sh.queue.put(("episodes", self.wid, finished, global_step))
+            sh.heartbeat[self.wid] = time.time()
+            request = int(sh.checkpoint_request[0])
+            if request > self.answered:
+                self.answered = request
+                sh.queue.put(("state", self.wid, self.incarnation, request, self.snapshot()))
+        snapshot = self.snapshot()
+        self.envs.close()
+        return snapshot
+
+    def collect(self, global_step: int) -> tuple[list[tuple[float, int]], int]:
+        """Fill the rollout buffer; return the finished episodes and the steps taken."""
+        algo, buf = self.algo, self.buf
+        B = buf.num_envs
         finished: list[tuple[float, int]] = []
-        length = T
+        length = self.T
         with torch.no_grad():
-            for t in range(T):
-                buf.obs[t] = obs.reshape(B, -1)
-                valid = ~prev_done
+            for t in range(self.T):
+                buf.obs[t] = self.obs.reshape(B, -1)
+                valid = ~self.prev_done
                 buf.valid[t] = valid
-                if next_action is not None:
-                    action, next_action = next_action, None
+                if self.next_action is not None:
+                    action, self.next_action = self.next_action, None
                 else:
-                    action = algo.act(model, obs_t[t], global_step, rng)
-                obs, reward, term, trunc, _ = envs.step(action)
+                    action = algo.act(self.model, self.obs_t[t], global_step, self.rng)
+                self.obs, reward, term, trunc, _ = self.envs.step(action)
                 done = term | trunc
                 buf.actions[t] = action
                 buf.rewards[t] = reward * valid
                 buf.terminated[t] = term
                 buf.ends[t] = done
-                ep_return += buf.rewards[t]
-                ep_length += valid
-                prev_done = done
+                self.ep_return += buf.rewards[t]
+                self.ep_length += valid
+                self.prev_done = done
                 if done.any():
                     for i in np.flatnonzero(done):
-                        finished.append((float(ep_return[i]), int(ep_length[i])))
-                    ep_return[done] = 0.0
-                    ep_length[done] = 0
+                        finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
+                    self.ep_return[done] = 0.0
+                    self.ep_length[done] = 0
                     if algo.update_at_episode_end:
                         length = t + 1
                         break
-            buf.obs[length] = obs.reshape(B, -1)
+            buf.obs[length] = self.obs.reshape(B, -1)
             if algo.needs_next_action:
-                next_action = algo.act(model, obs_t[length], global_step, rng)
-                buf.next_actions[:] = next_action
-        ro = buf.prefix(length)
+                self.next_action = algo.act(self.model, self.obs_t[length], global_step, self.rng)
+                buf.next_actions[:] = self.next_action
+        return finished, length
 
-        loss, _stats = algo.loss(model, ro, target_model)
-        model.zero_grad(set_to_none=True)
-        loss.backward()
-        grad = flat_grad(model)
-        clip_grad_norm_(grad, cfg.max_grad_norm)
+    def check_env_values(self, ro: Rollout, global_step: int) -> None:
+        # One check per rollout, not per step: cheap on the hot path, exact in what it reports.
+        for name, values in (("observation", ro.obs), ("reward", ro.rewards)):
+            if not np.isfinite(values).all():
+                t, env = np.argwhere(~np.isfinite(values.reshape(len(values), ro.num_envs, -1)))[0][
+                    :2
+                ]
+                raise EnvFault(
+                    f"{self.cfg.env} returned a non-finite {name} to worker {self.wid} "
+                    f"(env {env}, step {t} of the rollout ending at global step {global_step})"
+                )
 
-        n_valid = int(ro.valid.sum())
-        global_step = counter_add(shared.steps, n_valid)
-        lr = cfg.lr if cfg.lr_schedule == "constant" else linear_lr(cfg.lr, global_step, cfg.steps)
-        shared.optimizer.step(grad, lr)
-        period = cfg.target_update
-        if target_local is not None and global_step // period != (global_step - n_valid) // period:
-            # The worker that crosses a multiple of target_update refreshes theta^- for all.
-            shared.target_params.copy_(shared.params)
-        if finished:
-            counter_add(shared.episodes, len(finished))
-            shared.queue.put(("episodes", worker_id, finished, global_step))
-    envs.close()
+    def nonfinite(
+        self, counters: np.ndarray, global_step: int, loss: torch.Tensor, norm: float
+    ) -> None:
+        counters[NONFINITE, self.wid] += 1
+        self.bad_in_a_row += 1
+        what = f"loss {float(loss.detach())}, gradient norm {norm}"
+        self.shared.queue.put(("nonfinite", self.wid, global_step, what))
+        if self.bad_in_a_row >= self.cfg.max_nonfinite:
+            raise Diverged(
+                f"{self.bad_in_a_row} non-finite updates in a row at global step {global_step} "
+                f"({what}); none was applied"
+            )

@@ -41,6 +41,13 @@ class Algorithm(ABC):
     def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:  # noqa: B027
         """Per-worker state (the Q-learners' exploration schedule); nothing by default."""
 
+    def worker_state(self) -> dict:
+        """Per-worker state a checkpoint must hold (see :meth:`start_worker`)."""
+        return {}
+
+    def load_worker_state(self, state: dict) -> None:  # noqa: B027
+        pass
+
     @abstractmethod
     def act(
         self, model: nn.Module, obs: torch.Tensor, global_step: int, rng: np.random.Generator

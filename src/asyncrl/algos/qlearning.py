@@ -38,6 +38,12 @@ class ValueBased(Algorithm):
         cfg = self.cfg
         self.eps_final = float(rng.choice(cfg.eps_finals, p=cfg.eps_probs))
 
+    def worker_state(self) -> dict:
+        return {"eps_final": self.eps_final}
+
+    def load_worker_state(self, state: dict) -> None:
+        self.eps_final = state["eps_final"]
+
     def epsilon(self, global_step: int) -> float:
         cfg = self.cfg
         frac = min(1.0, global_step / cfg.eps_anneal_steps)

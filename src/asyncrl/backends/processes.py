@@ -3,10 +3,20 @@ shared-memory tensors that every worker updates lock-free (Hogwild), as in the p
 
 from __future__ import annotations
 
+import signal
 import sys
+import time
 from typing import Any
 
 import torch.multiprocessing as mp
+
+
+def _process_main(target: Any, args: tuple) -> None:
+    # Ctrl-C reaches the whole process group: the main process alone decides how to stop (it
+    # asks the workers for their state and writes a final checkpoint).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    target(*args)
 
 
 class ProcessBackend:
@@ -18,10 +28,7 @@ class ProcessBackend:
         if start_method is None:
             start_method = "fork" if sys.platform == "linux" else "spawn"
         self.ctx = mp.get_context(start_method)
-        self.procs: list[Any] = []
-
-    def counter(self) -> Any:
-        return self.ctx.Value("q", 0)
+        self.procs: dict[int, Any] = {}
 
     def queue(self) -> Any:
         return self.ctx.Queue()
@@ -29,19 +36,36 @@ class ProcessBackend:
     def event(self) -> Any:
         return self.ctx.Event()
 
-    def start(self, target: Any, args_per_worker: list[tuple]) -> None:
-        for i, args in enumerate(args_per_worker):
-            p = self.ctx.Process(target=target, args=args, name=f"asyncrl-worker-{i}", daemon=True)
-            p.start()
-            self.procs.append(p)
+    def start_worker(self, worker_id: int, target: Any, args: tuple) -> None:
+        p = self.ctx.Process(
+            target=_process_main,
+            args=(target, args),
+            name=f"asyncrl-worker-{worker_id}",
+            daemon=True,
+        )
+        p.start()
+        self.procs[worker_id] = p
 
-    def alive(self) -> list[bool]:
-        return [p.is_alive() for p in self.procs]
+    def pid(self, worker_id: int) -> int:
+        return self.procs[worker_id].pid
+
+    def alive(self, worker_id: int) -> bool:
+        return self.procs[worker_id].is_alive()
+
+    def exitcode(self, worker_id: int) -> int | None:
+        return self.procs[worker_id].exitcode
+
+    def kill(self, worker_id: int) -> None:
+        p = self.procs[worker_id]
+        if p.is_alive():
+            p.kill()
+            p.join(5.0)
 
     def join(self, timeout: float) -> None:
-        for p in self.procs:
-            p.join(timeout)
-        for p in self.procs:
+        deadline = time.monotonic() + timeout
+        for p in self.procs.values():
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in self.procs.values():
             if p.is_alive():
-                p.terminate()
+                p.kill()
                 p.join(1.0)

@@ -1,12 +1,16 @@
 """Threads in one process. Workers share the global tensors directly; the GIL serialises the
 Python parts of the loop, so this backend is for debugging, exact reproducibility with one
-worker, and envs whose step releases the GIL."""
+worker, and envs whose step releases the GIL.
+
+A thread cannot be killed: a hung worker thread is *retired* instead (its incarnation is bumped,
+so if it ever wakes up it exits without pushing) and a new thread takes its place.
+"""
 
 from __future__ import annotations
 
-import multiprocessing
 import queue
 import threading
+import time
 from typing import Any
 
 
@@ -14,11 +18,7 @@ class ThreadBackend:
     name = "threads"
 
     def __init__(self) -> None:
-        self.threads: list[threading.Thread] = []
-
-    def counter(self) -> Any:
-        # A multiprocessing Value behaves the same under threads and keeps one code path.
-        return multiprocessing.Value("q", 0)
+        self.threads: dict[int, threading.Thread] = {}
 
     def queue(self) -> Any:
         return queue.Queue()
@@ -26,15 +26,23 @@ class ThreadBackend:
     def event(self) -> Any:
         return threading.Event()
 
-    def start(self, target: Any, args_per_worker: list[tuple]) -> None:
-        for i, args in enumerate(args_per_worker):
-            t = threading.Thread(target=target, args=args, name=f"asyncrl-worker-{i}", daemon=True)
-            t.start()
-            self.threads.append(t)
+    def start_worker(self, worker_id: int, target: Any, args: tuple) -> None:
+        t = threading.Thread(
+            target=target, args=args, name=f"asyncrl-worker-{worker_id}", daemon=True
+        )
+        t.start()
+        self.threads[worker_id] = t
 
-    def alive(self) -> list[bool]:
-        return [t.is_alive() for t in self.threads]
+    def alive(self, worker_id: int) -> bool:
+        return self.threads[worker_id].is_alive()
+
+    def exitcode(self, worker_id: int) -> int | None:
+        return None
+
+    def kill(self, worker_id: int) -> None:
+        pass  # retired through its incarnation (see the module docstring)
 
     def join(self, timeout: float) -> None:
-        for t in self.threads:
-            t.join(timeout)
+        deadline = time.monotonic() + timeout
+        for t in self.threads.values():
+            t.join(max(0.0, deadline - time.monotonic()))

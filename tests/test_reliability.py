@@ -1,0 +1,299 @@
+"""Checkpoints, exact resume, signals, worker faults, NaN guards: fault injection with fixed
+seeds and generous budgets. The faulty envs live in tests/envs_for_tests.py."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import asyncrl
+import tests.envs_for_tests  # noqa: F401  (registers the envs)
+from asyncrl.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from asyncrl.cli import main
+from asyncrl.trainer import Interrupted, TrainingError
+
+
+@pytest.fixture(autouse=True)
+def fault_dir(tmp_path, monkeypatch):
+    d = tmp_path / "faults"
+    d.mkdir()
+    monkeypatch.setenv("FAULT_DIR", str(d))
+    return d
+
+
+def params_of(run_dir):
+    return torch.load(run_dir / "model.pt", weights_only=True)["state_dict"]
+
+
+def assert_same_params(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+EXACT = dict(
+    backend="threads",
+    workers=1,
+    seed=7,
+    steps=24_000,
+    target_return=10_000.0,
+    progress=False,
+    tensorboard=False,
+    checkpoint_every="0",
+)
+
+
+def test_threads_one_worker_is_bit_for_bit_reproducible(tmp_path):
+    asyncrl.train(**EXACT, run_dir=str(tmp_path / "a"))
+    asyncrl.train(**EXACT, run_dir=str(tmp_path / "b"))
+    assert_same_params(params_of(tmp_path / "a"), params_of(tmp_path / "b"))
+
+
+def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    env = "asyncrl-test/CartPole-sigint-main-v0"  # SIGINT to the main process at env step 700
+    cfg = {**EXACT, "env": env}
+    with pytest.raises(Interrupted) as info:
+        asyncrl.train(**cfg, run_dir=str(tmp_path / "b"))
+    stopped_at = info.value.step
+    assert 0 < stopped_at < cfg["steps"]
+    assert load_checkpoint(tmp_path / "b")["counters"][0].sum() == stopped_at
+    rows_before = (tmp_path / "b" / "episodes.csv").read_text().splitlines()
+    summary = asyncrl.train(resume=tmp_path / "b")
+    assert summary["resumed"] and summary["total_steps"] >= cfg["steps"]
+    # the marker file keeps the fault from firing again: this run is never interrupted
+    asyncrl.train(**cfg, run_dir=str(tmp_path / "a"))
+    assert_same_params(params_of(tmp_path / "a"), params_of(tmp_path / "b"))
+    rows_after = (tmp_path / "b" / "episodes.csv").read_text().splitlines()
+    assert rows_after[: len(rows_before)] == rows_before  # appended, not rewritten
+    # the same episodes, in the same order, as the uninterrupted run (wall time aside)
+    uninterrupted = (tmp_path / "a" / "episodes.csv").read_text().splitlines()
+    assert [r.rsplit(",", 1)[0] for r in rows_after] == [r.rsplit(",", 1)[0] for r in uninterrupted]
+
+
+def cli(*args, env=None):
+    return subprocess.Popen(
+        [sys.executable, "-m", "asyncrl.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def wait_for(path, proc, limit=120.0):
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = cli(
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--steps",
+        "5000000",
+        "--target-return",
+        "10000",
+        "--checkpoint-every",
+        "20000",
+        "--workers",
+        "2",
+        "--no-progress",
+    )
+    wait_for(run_dir / CHECKPOINT_FILE, proc)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert f"asyncrl train --resume {run_dir}" in err
+    ckpt = load_checkpoint(run_dir)
+    steps_at_stop = int(ckpt["counters"][0].sum())
+    episodes_at_stop = ckpt["monitor"]["episodes"]
+    assert steps_at_stop > 0 and episodes_at_stop > 0
+
+    assert main(["train", "--resume", str(run_dir), "--steps", str(steps_at_stop + 30_000)]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed"] and summary["total_steps"] >= steps_at_stop + 30_000
+    rows = (run_dir / "episodes.csv").read_text().splitlines()[1:]
+    numbers = [int(r.split(",")[0]) for r in rows]
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) > episodes_at_stop
+
+
+def test_kill_9_of_the_main_process_loses_at_most_one_interval(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = cli(
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--steps",
+        "5000000",
+        "--target-return",
+        "10000",
+        "--checkpoint-every",
+        "20000",
+        "--workers",
+        "2",
+        "--no-progress",
+    )
+    wait_for(run_dir / CHECKPOINT_FILE, proc)
+    first = load_checkpoint(run_dir)["counters"][0].sum()
+    proc.kill()
+    proc.communicate()
+    # the orphaned workers notice their parent is gone and exit
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt["counters"][0].sum() >= first
+    summary = asyncrl.train(
+        resume=run_dir, steps=int(ckpt["counters"][0].sum()) + 10_000, progress=False
+    )
+    assert summary["total_steps"] >= int(ckpt["counters"][0].sum()) + 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["raise", "kill", "hang", "nan-obs"])
+def test_a_faulty_worker_is_restarted_and_the_run_reaches_its_target(fault, run_dir, capfd):
+    summary = asyncrl.train(
+        env=f"asyncrl-test/CartPole-{fault}-v0",
+        workers=2,
+        seed=0,
+        steps=1_000_000,
+        worker_timeout=2.0,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    err = capfd.readouterr().err
+    assert summary["worker_restarts"] == 1, err
+    assert summary["solved"], summary
+    assert "worker 0" in err and "restarting it with fresh env state" in err
+    expected = {
+        "raise": "RuntimeError: injected fault in worker 0",
+        "kill": "died without a report",
+        "hang": "sent no update for 2 s",
+        "nan-obs": "non-finite observation to worker 0",
+    }[fault]
+    assert expected in err
+
+
+def test_restart_limit_stops_the_run_with_a_checkpoint(run_dir, capsys):
+    code = main(
+        [
+            "train",
+            "--env",
+            "asyncrl-test/CartPole-always-raise-v0",
+            "--workers",
+            "1",
+            "--max-worker-restarts",
+            "2",
+            "--run-dir",
+            str(run_dir),
+            "--no-progress",
+            "--backend",
+            "threads",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "over the limit of --max-worker-restarts 2" in err and "Traceback" not in err
+    assert json.loads((run_dir / "summary.json").read_text())["worker_restarts"] == 3
+    load_checkpoint(run_dir)  # complete and readable
+
+
+def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(run_dir, monkeypatch):
+    from asyncrl import algos
+    from asyncrl.algos.a3c import A3C
+
+    class GoesNaN(A3C):
+        calls = 0
+
+        def loss(self, model, rollout, target_model=None):
+            GoesNaN.calls += 1
+            loss, stats = super().loss(model, rollout, target_model)
+            return (loss * float("nan") if GoesNaN.calls > 300 else loss), stats
+
+    monkeypatch.setitem(algos.REGISTRY, "a3c", GoesNaN)
+    with pytest.raises(TrainingError, match="non-finite updates in a row") as info:
+        asyncrl.train(
+            backend="threads",
+            workers=1,
+            steps=10**6,
+            checkpoint_every="2000",
+            max_nonfinite=5,
+            run_dir=str(run_dir),
+            progress=False,
+        )
+    assert "last good checkpoint is kept" in str(info.value)
+    ckpt = load_checkpoint(run_dir)
+    assert torch.isfinite(torch.from_numpy(ckpt["params"])).all()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["nonfinite_updates"] == 5
+    final = params_of(run_dir)
+    assert all(torch.isfinite(v).all() for v in final.values())
+
+
+# ------------------------------------------------------------------ bad input, files untouched
+def snapshot(directory):
+    return {
+        p.name: (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(directory.iterdir())
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def finished_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("done") / "run"
+    asyncrl.train(
+        backend="threads",
+        workers=1,
+        steps=3_000,
+        run_dir=str(run_dir),
+        progress=False,
+        tensorboard=False,
+    )
+    return run_dir
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "corrupt", "model-shape"])
+def test_resume_rejects_a_bad_checkpoint_and_changes_nothing(damage, finished_run, capsys):
+    ckpt = finished_run / CHECKPOINT_FILE
+    if damage == "missing":
+        ckpt.unlink()
+    elif damage == "truncated":
+        ckpt.write_bytes(ckpt.read_bytes()[:-100])
+    elif damage == "corrupt":
+        blob = bytearray(ckpt.read_bytes())
+        blob[-50] ^= 0xFF
+        ckpt.write_bytes(bytes(blob))
+    else:
+        cfg = json.loads((finished_run / "config.json").read_text())
+        cfg["hidden"] = [32]
+        (finished_run / "config.json").write_text(json.dumps(cfg))
+    before = snapshot(finished_run)
+    assert main(["train", "--resume", str(finished_run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert {
+        "missing": "has no checkpoint",
+        "truncated": "is truncated",
+        "corrupt": "is corrupt",
+        "model-shape": "does not fit its config",
+    }[damage] in err
+    assert snapshot(finished_run) == before
+
+
+def test_observation_that_does_not_match_its_space(run_dir, capsys):
+    assert main(["train", "--env", "asyncrl-test/BadShape-v0", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "observation of shape (3,)" in err and "declares (1,)" in err
+    assert not run_dir.exists()
+
+
+def test_resume_of_a_missing_directory(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
