@@ -4,6 +4,7 @@ the stop rule, the step budget, a signal or a fatal error."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from collections.abc import Callable
@@ -71,10 +72,8 @@ class Supervisor:
         self.monitor.start_display()
         next_check = time.monotonic()
         while len(self.done) < self.n:
-            try:
+            with contextlib.suppress(queue.Empty):
                 self.handle(self.shared.queue.get(timeout=0.1))
-            except queue.Empty:
-                pass
             # On a timer, not on a quiet queue: a busy healthy worker must not hide a hung one.
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 0.25
