@@ -1,8 +1,6 @@
 """The worker loop's rollouts: next-step autoreset, truncation vs termination, counters."""
 
 import itertools
-import queue
-import threading
 import typing
 
 import numpy as np
@@ -28,16 +26,15 @@ def make_shared(params, target=None, workers=1):
         heartbeat=torch.zeros(workers, dtype=torch.float64),
         incarnation=torch.zeros(workers, dtype=torch.int64),
         checkpoint_request=torch.zeros(1, dtype=torch.int64),
-        queue=queue.Queue(),
-        stop=threading.Event(),
+        stop_flag=torch.zeros(1, dtype=torch.int64),
     )
 
 
-def drain(q):
-    msgs = []
-    while not q.empty():
-        msgs.append(q.get())
-    return msgs
+class Outbox(list):
+    """What the worker sends to the main process, in order."""
+
+    def send(self, msg):
+        self.append(msg)
 
 
 class Recording(A3C):
@@ -57,9 +54,9 @@ def run(env_id, steps, t_max, monkeypatch):
     info = probe_env(env_id, "a3c")
     model = build_model(Recording(cfg, info).model_spec())
     params = flatten_parameters(model)
-    shared = make_shared(params)
-    run_worker(0, 0, cfg, info, shared)
-    return shared, drain(shared.queue)
+    shared, outbox = make_shared(params), Outbox()
+    run_worker(0, 0, cfg, info, shared, None, outbox)
+    return shared, outbox
 
 
 def test_truncated_episode_bootstraps_from_its_final_observation(monkeypatch):
@@ -98,11 +95,12 @@ def test_worker_error_is_reported_not_swallowed(monkeypatch):
     params = flatten_parameters(build_model(Broken(cfg, info).model_spec()))
     shared = make_shared(params, workers=4)
     before = params.clone()
-    run_worker(3, 0, cfg, info, shared)
-    kind, worker, _inc, severity, text, tb = shared.queue.get()
+    outbox = Outbox()
+    run_worker(3, 0, cfg, info, shared, None, outbox)
+    kind, worker, _inc, severity, text, tb = outbox[0]
     assert (kind, worker, severity) == ("error", 3, "error")
     assert "FloatingPointError: boom" in text and "Traceback" in tb
-    assert shared.queue.get() == ("done", 3, 0, None)
+    assert outbox[1] == ("done", 3, 0, None)
     assert torch.equal(params, before)
 
 
@@ -141,7 +139,7 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
     info = probe_env(cfg.env, cfg.algo)
     params = flatten_parameters(build_model(RecordingSarsa(cfg, info).model_spec()))
     shared = make_shared(params, target=params.clone())
-    run_worker(0, 0, cfg, info, shared)
+    run_worker(0, 0, cfg, info, shared, None, Outbox())
     seen = RecordingSarsa.seen
     assert len(seen) > 10
     for prev, nxt in itertools.pairwise(seen):
@@ -163,8 +161,8 @@ def test_nonfinite_updates_are_never_applied(monkeypatch):
     params = flatten_parameters(build_model(NaNLoss(cfg, info).model_spec()))
     shared = make_shared(params)
     before = params.clone()
-    run_worker(0, 0, cfg, info, shared)
-    msgs = drain(shared.queue)
+    msgs = Outbox()
+    run_worker(0, 0, cfg, info, shared, None, msgs)
     assert [m[0] for m in msgs if m[0] == "nonfinite"] == ["nonfinite"] * 3
     error = next(m for m in msgs if m[0] == "error")
     assert error[3] == "fatal" and "3 non-finite updates in a row" in error[4]
@@ -176,9 +174,9 @@ def test_a_finished_worker_leaves_a_snapshot_of_its_state():
     cfg = Config(steps=64, t_max=4, envs_per_worker=2, hidden=(4,))
     info = probe_env(cfg.env, "a3c")
     params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
-    shared = make_shared(params)
-    run_worker(0, 0, cfg, info, shared)
-    done = drain(shared.queue)[-1]
+    shared, outbox = make_shared(params), Outbox()
+    run_worker(0, 0, cfg, info, shared, None, outbox)
+    done = outbox[-1]
     snap = done[3]
     assert done[:3] == ("done", 0, 0)
     np.testing.assert_array_equal(snap["params"], params.numpy())

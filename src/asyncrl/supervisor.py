@@ -4,8 +4,6 @@ the stop rule, the step budget, a signal or a fatal error."""
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,9 +70,9 @@ class Supervisor:
         self.monitor.start_display()
         next_check = time.monotonic()
         while len(self.done) < self.n:
-            with contextlib.suppress(queue.Empty):
-                self.handle(self.shared.queue.get(timeout=0.1))
-            # On a timer, not on a quiet queue: a busy healthy worker must not hide a hung one.
+            for msg in self.backend.receive(timeout=0.1):
+                self.handle(msg)
+            # On a timer, not on a quiet channel: a busy healthy worker must not hide a hung one.
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 0.25
                 self.check_workers()
@@ -85,7 +83,7 @@ class Supervisor:
     def stop(self, fatal: str | None = None, details: str = "") -> None:
         if fatal and self.outcome.fatal is None:
             self.outcome.fatal, self.outcome.fatal_details = fatal, details
-        self.shared.stop.set()
+        self.shared.stop()
 
     # ------------------------------------------------------------------ messages
     def handle(self, msg: tuple) -> None:
@@ -143,17 +141,18 @@ class Supervisor:
         """Handle what is in flight, for a bounded time: healthy workers never go quiet."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            try:
-                self.handle(self.shared.queue.get(timeout=0.05))
-            except queue.Empty:
+            msgs = self.backend.receive(timeout=0.05)
+            if not msgs:
                 return
+            for msg in msgs:
+                self.handle(msg)
 
     def restart(self, wid: int, why: str, details: str = "") -> None:
         self.forget_pending(wid)
         # Bump the incarnation first: the old worker, if it ever runs again, retires itself.
         self.shared.incarnation[wid] += 1
         self.backend.kill(wid)
-        if self.shared.stop.is_set():  # stopping anyway: nothing to restart for
+        if self.shared.stopping():  # stopping anyway: nothing to restart for
             self.done.add(wid)
             return
         self.outcome.restarts += 1
@@ -178,7 +177,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ checkpoints
     def maybe_checkpoint(self) -> None:
-        if self.pending is not None or self.ckpt_kind == "off" or self.shared.stop.is_set():
+        if self.pending is not None or self.ckpt_kind == "off" or self.shared.stopping():
             return
         step = self.shared.global_steps()
         due = (

@@ -167,8 +167,7 @@ def train(
         heartbeat=torch.zeros(n, dtype=torch.float64).share_memory_(),
         incarnation=torch.zeros(n, dtype=torch.int64).share_memory_(),
         checkpoint_request=torch.zeros(1, dtype=torch.int64).share_memory_(),
-        queue=backend.queue(),
-        stop=backend.event(),
+        stop_flag=torch.zeros(1, dtype=torch.int64).share_memory_(),
     )
     monitor = Monitor(
         run_dir,
@@ -231,7 +230,7 @@ def train(
         monitor.close()
         raise
     finally:
-        shared.stop.set()
+        shared.stop()
         backend.join(timeout=10.0)
         restore()
     train_seconds = time.perf_counter() - t_start
@@ -283,7 +282,7 @@ def _install_signal_handlers(supervisor: Supervisor, shared: SharedState):
         if supervisor.interrupted is not None:
             raise KeyboardInterrupt
         supervisor.interrupted = signum
-        shared.stop.set()
+        shared.stop()
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
 

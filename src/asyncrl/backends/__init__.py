@@ -1,5 +1,10 @@
-"""Execution backends: they start, stop and restart the worker loop and know nothing of the
-algorithm. Each makes the shared primitives that suit it (queue, event)."""
+"""Execution backends: they start, kill and restart the worker loop, carry the workers'
+messages to the main process, and know nothing of the algorithm.
+
+No lock is shared between a worker and anyone else: a worker killed at any instant must not
+leave a lock held that stalls the others. Counters and the stop flag are shared-memory tensors;
+messages travel on one channel per worker (a pipe for processes).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,12 @@ from asyncrl.errors import UserError
 class Backend(Protocol):
     name: str
 
-    def queue(self) -> Any: ...
-    def event(self) -> Any: ...
-    def start_worker(self, worker_id: int, target: Any, args: tuple) -> None: ...
+    def start_worker(self, worker_id: int, target: Any, args: tuple) -> None:
+        """Run ``target(*args, outbox)``; ``outbox.send(msg)`` reaches :meth:`receive`."""
+
+    def receive(self, timeout: float) -> list[tuple]:
+        """Messages from the workers, waiting up to ``timeout`` seconds for the first."""
+
     def alive(self, worker_id: int) -> bool: ...
     def exitcode(self, worker_id: int) -> int | None: ...
     def kill(self, worker_id: int) -> None: ...

@@ -1,11 +1,19 @@
 """Processes sharing memory (torch.multiprocessing): parameters and optimizer statistics are
-shared-memory tensors that every worker updates lock-free (Hogwild), as in the paper."""
+shared-memory tensors that every worker updates lock-free (Hogwild), as in the paper.
+
+Each worker writes its messages to a pipe of its own, read by the main process with
+``multiprocessing.connection.wait``: a worker killed in the middle of a message can only break
+its own pipe, which its restart replaces (a shared ``multiprocessing.Queue`` would leave its
+writer lock held and silence every other worker).
+"""
 
 from __future__ import annotations
 
+import pickle
 import signal
 import sys
 import time
+from multiprocessing.connection import wait
 from typing import Any
 
 import torch.multiprocessing as mp
@@ -29,25 +37,49 @@ class ProcessBackend:
             start_method = "fork" if sys.platform == "linux" else "spawn"
         self.ctx = mp.get_context(start_method)
         self.procs: dict[int, Any] = {}
-
-    def queue(self) -> Any:
-        return self.ctx.Queue()
-
-    def event(self) -> Any:
-        return self.ctx.Event()
+        self.readers: dict[int, Any] = {}
 
     def start_worker(self, worker_id: int, target: Any, args: tuple) -> None:
+        old = self.readers.pop(worker_id, None)
+        if old is not None:
+            old.close()
+        reader, writer = self.ctx.Pipe(duplex=False)
         p = self.ctx.Process(
             target=_process_main,
-            args=(target, args),
+            args=(target, (*args, writer)),
             name=f"asyncrl-worker-{worker_id}",
             daemon=True,
         )
         p.start()
+        writer.close()  # the worker holds the only write end: EOF when it exits
         self.procs[worker_id] = p
+        self.readers[worker_id] = reader
 
-    def pid(self, worker_id: int) -> int:
-        return self.procs[worker_id].pid
+    def receive(self, timeout: float) -> list[tuple]:
+        msgs = []
+        ready = wait(list(self.readers.values()), timeout)
+        for reader in ready:
+            try:
+                while reader.poll():
+                    msgs.append(reader.recv())
+            except (
+                EOFError,
+                OSError,
+                pickle.UnpicklingError,
+                ValueError,
+                TypeError,
+                AttributeError,
+                IndexError,
+            ):
+                # the worker exited (EOF) or died mid-message: its channel is done
+                self._drop(reader)
+        return msgs
+
+    def _drop(self, reader: Any) -> None:
+        for wid, r in list(self.readers.items()):
+            if r is reader:
+                del self.readers[wid]
+        reader.close()
 
     def alive(self, worker_id: int) -> bool:
         return self.procs[worker_id].is_alive()

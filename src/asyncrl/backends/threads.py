@@ -14,24 +14,39 @@ import time
 from typing import Any
 
 
+class _Outbox:
+    def __init__(self, q: queue.Queue):
+        self.send = q.put
+
+
 class ThreadBackend:
     name = "threads"
 
     def __init__(self) -> None:
         self.threads: dict[int, threading.Thread] = {}
-
-    def queue(self) -> Any:
-        return queue.Queue()
-
-    def event(self) -> Any:
-        return threading.Event()
+        self.inbox: queue.Queue = queue.Queue()
 
     def start_worker(self, worker_id: int, target: Any, args: tuple) -> None:
         t = threading.Thread(
-            target=target, args=args, name=f"asyncrl-worker-{worker_id}", daemon=True
+            target=target,
+            args=(*args, _Outbox(self.inbox)),
+            name=f"asyncrl-worker-{worker_id}",
+            daemon=True,
         )
         t.start()
         self.threads[worker_id] = t
+
+    def receive(self, timeout: float) -> list[tuple]:
+        try:
+            msgs = [self.inbox.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while len(msgs) < 64:
+            try:
+                msgs.append(self.inbox.get_nowait())
+            except queue.Empty:
+                break
+        return msgs
 
     def alive(self, worker_id: int) -> bool:
         return self.threads[worker_id].is_alive()
