@@ -102,8 +102,9 @@ def run_worker(
     torch.set_num_threads(1)
     _current.worker_id = worker_id
     final_state = None
+    store = SharedMemoryStore(shared, outbox, worker_id, incarnation)
     try:
-        final_state = _Worker(worker_id, incarnation, cfg, info, shared, state, outbox).run()
+        final_state = Worker(worker_id, incarnation, cfg, info, store, state).run()
     except BaseException as e:  # report, never die silently
         kind = "fatal" if isinstance(e, Diverged) else "error"
         outbox.send(
@@ -120,19 +121,107 @@ def run_worker(
         outbox.send(("done", worker_id, incarnation, final_state))
 
 
-class _Worker:
+def apply_update(
+    cfg: Config,
+    optimizer: SharedOptimizer,
+    params: torch.Tensor,
+    target_params: torch.Tensor | None,
+    grad: torch.Tensor,
+    global_step: int,
+    n_steps: int,
+) -> None:
+    """One asynchronous update of the global parameters (every store applies it this way)."""
+    lr = cfg.lr if cfg.lr_schedule == "constant" else linear_lr(cfg.lr, global_step, cfg.steps)
+    optimizer.step(grad, lr)
+    period = cfg.target_update
+    if target_params is not None and global_step // period != (global_step - n_steps) // period:
+        # Whoever crosses a multiple of target_update refreshes theta^- for everyone.
+        target_params.copy_(params)
+
+
+class SharedMemoryStore:
+    """The global state for the threads and processes backends: shared-memory tensors that the
+    worker reads and updates itself, lock-free, and a channel to the main process."""
+
+    def __init__(self, shared: SharedState, outbox: Any, wid: int, incarnation: int):
+        self.shared, self.outbox, self.wid, self.incarnation = shared, outbox, wid, incarnation
+        self.counters = shared.counters.numpy()  # a view: this worker writes its own column
+        # numpy views of the shared flags: indexing them costs ~0.1 us, a torch index ~3 us
+        self.stop_flag = shared.stop_flag.numpy()
+        self.request = shared.checkpoint_request.numpy()
+        self.heartbeat = shared.heartbeat.numpy()
+        self.incarnations = shared.incarnation.numpy()
+        self.answered = int(self.request[0])
+        self.parent = os.getppid()
+
+    def global_step(self) -> int:
+        return int(self.counters[STEPS].sum())
+
+    def retired(self) -> bool:
+        """The main process restarted this worker (it hung), or itself died (kill -9)."""
+        return self.incarnations[self.wid] != self.incarnation or os.getppid() != self.parent
+
+    def stopping(self) -> bool:
+        return bool(self.stop_flag[0])
+
+    def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
+        local.copy_(self.shared.params)
+        if target_local is not None:
+            target_local.copy_(self.shared.target_params)
+        return 0  # the version of the parameters: Hogwild has none
+
+    def push(self, cfg: Config, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
+        """Count the steps; apply ``grad`` unless it is None (non-finite); new global step."""
+        self.counters[STEPS, self.wid] += n_steps
+        global_step = self.global_step()
+        if grad is not None:
+            sh = self.shared
+            apply_update(cfg, sh.optimizer, sh.params, sh.target_params, grad, global_step, n_steps)
+        return global_step
+
+    def report(self, finished: list[tuple[float, int]], global_step: int) -> None:
+        if finished:
+            self.counters[EPISODES, self.wid] += len(finished)
+            self.outbox.send(("episodes", self.wid, finished, global_step))
+
+    def nonfinite(self, global_step: int, what: str) -> None:
+        self.counters[NONFINITE, self.wid] += 1
+        self.outbox.send(("nonfinite", self.wid, global_step, what))
+
+    def alive_and_asked(self, worker: Worker) -> None:
+        """Heartbeat; answer a checkpoint request with a snapshot."""
+        self.heartbeat[self.wid] = time.time()
+        request = int(self.request[0])
+        if request > self.answered:
+            self.answered = request
+            self.outbox.send(("state", self.wid, self.incarnation, request, self.snapshot(worker)))
+
+    def snapshot(self, worker: Worker) -> dict:
+        """Worker state plus the global state as this worker leaves it (exact with 1 worker)."""
+        sh = self.shared
+        return {
+            "worker": worker.state(),
+            "params": sh.params.numpy().copy(),
+            "optimizer": {k: v.numpy().copy() for k, v in sh.optimizer.state_dict().items()},
+            "target_params": None if sh.target_params is None else sh.target_params.numpy().copy(),
+            "counters": sh.counters.numpy().copy(),
+        }
+
+
+class Worker:
+    """One actor-learner: its envs, its local networks, its rollout buffer, and the loop."""
+
     def __init__(
         self,
         wid: int,
         incarnation: int,
         cfg: Config,
         info: EnvInfo,
-        shared: SharedState,
+        store: Any,
         state: dict | None,
-        outbox: Any,
     ):
         self.wid, self.incarnation, self.cfg, self.info = wid, incarnation, cfg, info
-        self.shared, self.outbox = shared, outbox
+        self.store = store
         seed = worker_seed(cfg.seed, wid, incarnation)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
@@ -159,16 +248,7 @@ class _Worker:
             self.ep_return = np.zeros(B, np.float64)
             self.ep_length = np.zeros(B, np.int64)
             self.next_action: np.ndarray | None = None  # drawn at the end of a rollout (Sarsa)
-        # numpy views of the shared flags: indexing them costs ~0.1 us, a torch index ~3 us
-        self.flags = {
-            "stop": shared.stop_flag.numpy(),
-            "request": shared.checkpoint_request.numpy(),
-            "heartbeat": shared.heartbeat.numpy(),
-            "incarnation": shared.incarnation.numpy(),
-        }
-        self.answered = int(self.flags["request"][0])
         self.bad_in_a_row = 0
-        self.parent = os.getppid()
 
     # ------------------------------------------------------------------ state for checkpoints
     def state(self) -> dict:
@@ -194,36 +274,15 @@ class _Worker:
         self.ep_length = state["ep_length"]
         self.next_action = state["next_action"]
 
-    def snapshot(self) -> dict:
-        """Worker state plus the global state as this worker leaves it (exact with 1 worker)."""
-        sh = self.shared
-        return {
-            "worker": self.state(),
-            "params": sh.params.numpy().copy(),
-            "optimizer": {k: v.numpy().copy() for k, v in sh.optimizer.state_dict().items()},
-            "target_params": None if sh.target_params is None else sh.target_params.numpy().copy(),
-            "counters": sh.counters.numpy().copy(),
-        }
-
     # ------------------------------------------------------------------ the loop
-    def retired(self) -> bool:
-        """The main process restarted this worker (it hung), or itself died (kill -9)."""
-        return (
-            self.flags["incarnation"][self.wid] != self.incarnation or os.getppid() != self.parent
-        )
-
     def run(self) -> dict | None:
-        cfg, sh, algo, buf = self.cfg, self.shared, self.algo, self.buf
-        counters = sh.counters.numpy()  # a view: this worker writes only its own column
-        global_step = int(counters[STEPS].sum())
-        flags = self.flags
-        flags["heartbeat"][self.wid] = time.time()
-        while not flags["stop"][0] and global_step < cfg.steps:
-            if self.retired():
+        cfg, store, algo, buf = self.cfg, self.store, self.algo, self.buf
+        global_step = store.global_step()
+        store.alive_and_asked(self)
+        while not store.stopping() and global_step < cfg.steps:
+            if store.retired():
                 return None
-            self.local.copy_(sh.params)
-            if self.target_local is not None:
-                self.target_local.copy_(sh.target_params)
+            version = store.pull(self.local, self.target_local)
             finished, length = self.collect(global_step)
             ro = buf.prefix(length)
             self.check_env_values(ro, global_step)
@@ -233,38 +292,18 @@ class _Worker:
             loss.backward()
             grad = flat_grad(self.model)
             norm = clip_grad_norm_(grad, cfg.max_grad_norm)
-            if self.retired():  # a hung worker that wakes up must not push a stale update
+            if store.retired():  # a hung worker that wakes up must not push a stale update
                 return None
-
-            n_valid = int(ro.valid.sum())
-            counters[STEPS, self.wid] += n_valid
-            global_step = int(counters[STEPS].sum())
-            if math.isfinite(norm) and math.isfinite(float(loss.detach())):
+            finite = math.isfinite(norm) and math.isfinite(float(loss.detach()))
+            # never let a NaN or inf reach the global parameters
+            global_step = store.push(cfg, grad if finite else None, int(ro.valid.sum()), version)
+            if finite:
                 self.bad_in_a_row = 0
-                lr = (
-                    cfg.lr
-                    if cfg.lr_schedule == "constant"
-                    else linear_lr(cfg.lr, global_step, cfg.steps)
-                )
-                sh.optimizer.step(grad, lr)
-            else:  # never let a NaN or inf reach the shared parameters
-                self.nonfinite(counters, global_step, loss, norm)
-            period = cfg.target_update
-            if (
-                self.target_local is not None
-                and global_step // period != (global_step - n_valid) // period
-            ):
-                # The worker that crosses a multiple of target_update refreshes theta^-.
-                sh.target_params.copy_(sh.params)
-            if finished:
-                counters[EPISODES, self.wid] += len(finished)
-                self.outbox.send(("episodes", self.wid, finished, global_step))
-            flags["heartbeat"][self.wid] = time.time()
-            request = int(flags["request"][0])
-            if request > self.answered:
-                self.answered = request
-                self.outbox.send(("state", self.wid, self.incarnation, request, self.snapshot()))
-        snapshot = self.snapshot()
+            else:
+                self.nonfinite(global_step, loss, norm)
+            store.report(finished, global_step)
+            store.alive_and_asked(self)
+        snapshot = store.snapshot(self)
         self.envs.close()
         return snapshot
 
@@ -318,13 +357,10 @@ class _Worker:
                     f"(env {env}, step {t} of the rollout ending at global step {global_step})"
                 )
 
-    def nonfinite(
-        self, counters: np.ndarray, global_step: int, loss: torch.Tensor, norm: float
-    ) -> None:
-        counters[NONFINITE, self.wid] += 1
+    def nonfinite(self, global_step: int, loss: torch.Tensor, norm: float) -> None:
         self.bad_in_a_row += 1
         what = f"loss {float(loss.detach())}, gradient norm {norm}"
-        self.outbox.send(("nonfinite", self.wid, global_step, what))
+        self.store.nonfinite(global_step, what)
         if self.bad_in_a_row >= self.cfg.max_nonfinite:
             raise Diverged(
                 f"{self.bad_in_a_row} non-finite updates in a row at global step {global_step} "
