@@ -25,10 +25,16 @@ class Config:
     """algorithm"""
     env: str = "CartPole-v1"
     """Gymnasium environment id"""
-    backend: Literal["threads", "processes"] = "processes"
-    """execution backend: threads share one process, processes share memory (Hogwild)"""
+    backend: Literal["threads", "processes", "ray"] = "processes"
+    """execution backend: threads share one process, processes share memory (Hogwild), ray runs
+    a parameter server and workers across a cluster (pip install '.[ray]')"""
     workers: int | None = None
-    """number of actor-learners (default: one per CPU core)"""
+    """number of actor-learners (default: one per CPU core; with ray, per CPU of the cluster)"""
+    address: str | None = None
+    """ray: address of a running cluster to join ('ray start --head' prints it; default: start
+    Ray in this process, on loopback)"""
+    max_staleness: int | None = None
+    """ray: drop gradients computed from parameters more than this many versions old"""
     envs_per_worker: int = 16
     """environments each worker steps together in one batched forward pass (paper: 1)"""
     steps: int = 500_000
@@ -144,6 +150,16 @@ class Config:
             need(
                 value in choices, _flag(name), f"got {value!r}, choose one of {', '.join(choices)}"
             )
+        need(
+            self.max_staleness is None or self.max_staleness >= 0,
+            "max-staleness",
+            f"must be >= 0, got {self.max_staleness}",
+        )
+        need(
+            self.address is None or self.backend == "ray",
+            "address",
+            "joining a cluster needs --backend ray",
+        )
         need(
             self.workers is None or self.workers >= 1,
             "workers",

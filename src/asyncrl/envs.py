@@ -13,6 +13,7 @@ exactly what a truncated episode must bootstrap from -- and masks out the reset 
 from __future__ import annotations
 
 import difflib
+import importlib
 import pickle
 from dataclasses import dataclass
 
@@ -40,9 +41,21 @@ class EnvInfo:
     max_episode_steps: int | None
 
 
+def _import_prefix(env_id: str) -> str:
+    """``package.module:Env-v0`` imports the module (which registers the env) first, as
+    ``gymnasium.make`` does; every worker, on any backend or machine, does the same."""
+    module, sep, plain = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UserError(f"--env: cannot import {module!r} for {plain}: {e}") from None
+    return plain
+
+
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     try:
-        return gym.spec(env_id)
+        return gym.spec(_import_prefix(env_id))
     except gym.error.Error as e:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
         hint = (
@@ -59,7 +72,7 @@ def probe_env(env_id: str, algo: str) -> EnvInfo:
     """Build the env once to read its spaces; reject spaces the algorithms cannot handle."""
     spec = env_spec(env_id)
     try:
-        env = gym.make(env_id)
+        env = gym.make(spec.id)
     except Exception as e:  # an optional dependency of the env missing, say
         raise UserError(f"--env: cannot create {env_id!r}: {e}") from None
     try:
@@ -100,7 +113,7 @@ def make_vec_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     """``num_envs`` copies of the env, natively vectorized where the env offers it."""
     spec = env_spec(env_id)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
+    env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode)
     autoreset = env.metadata.get("autoreset_mode")
     if autoreset is not None and autoreset != gym.vector.AutoresetMode.NEXT_STEP:
         raise RuntimeError(f"{env_id}: expected next-step autoreset, got {autoreset}")

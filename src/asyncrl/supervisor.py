@@ -7,6 +7,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from asyncrl.backends import Backend
 from asyncrl.config import Config
@@ -79,6 +82,10 @@ class Supervisor:
             self.maybe_checkpoint()
             self.monitor.refresh(self.shared.global_steps())
         return self.outcome
+
+    def interrupt(self, signum: int) -> None:
+        self.interrupted = signum
+        self.stop()
 
     def stop(self, fatal: str | None = None, details: str = "") -> None:
         if fatal and self.outcome.fatal is None:
@@ -202,3 +209,88 @@ class Supervisor:
         if self.pending is not None and not self.pending[1]:
             self.pending = None
             self.write_checkpoint(self.outcome.states)
+
+
+class RaySupervisor:
+    """The same duties over a Ray run: episodes from the parameter server drive the monitor
+    and the stop rule; dead worker actors are restarted by Ray and their loop started again;
+    checkpoints hold the server's global state; a dead server stops the run."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        monitor: Monitor,
+        run: Any,
+        write_checkpoint: Callable[[dict[int, dict]], None],
+        n: int,
+    ):
+        self.cfg, self.monitor, self.run_, self.n = cfg, monitor, run, n
+        self.write_checkpoint = write_checkpoint
+        self.interrupted: int | None = None
+        self.outcome = Outcome()
+        self.ckpt_kind, self.ckpt_every = cfg.checkpoint_interval()
+        self.last_ckpt = (time.monotonic(), 0)
+        self.stopped = False
+
+    def interrupt(self, signum: int) -> None:
+        self.interrupted = signum
+
+    def global_state(self) -> dict[int, dict]:
+        """The server's state in the checkpoint's form (workers restart with fresh envs)."""
+        s = self.run_.state()
+        counters = np.zeros((3, self.n), np.int64)
+        counters[:, 0] = (s["steps"], s["episodes"], s["nonfinite"])
+        self.server_state = s
+        return {
+            0: {
+                "worker": None,
+                "params": s["params"],
+                "optimizer": s["optimizer"],
+                "target_params": s["target_params"],
+                "counters": counters,
+            }
+        }
+
+    def run(self) -> Outcome:
+        self.monitor.start_display()
+        while not self.run_.done():
+            if self.interrupted is not None and not self.stopped:
+                self.stopped = True
+                self.run_.stop()
+            try:
+                stream, steps, events = self.run_.poll(0.1)
+            except RuntimeError as e:  # worker faults past the limit
+                self.outcome.fatal = str(e)
+                self.run_.stop()
+                break
+            except Exception as e:  # the parameter server died (RayActorError)
+                self.outcome.fatal = (
+                    f"the parameter server died ({type(e).__name__}); the run stopped and the "
+                    "last checkpoint on disk is intact"
+                )
+                return self.outcome
+            for text in events:
+                self.monitor.log(text)
+            for worker, finished, step in stream:
+                for ret, length in finished:
+                    if self.monitor.episode(worker, ret, length, step) and not self.stopped:
+                        self.stopped = True
+                        self.run_.stop()
+            self.monitor.refresh(steps)
+            self.maybe_checkpoint(steps)
+        self.outcome.restarts = self.run_.restarts
+        self.outcome.states = self.global_state()
+        return self.outcome
+
+    def maybe_checkpoint(self, steps: int) -> None:
+        if self.ckpt_kind == "off" or self.stopped:
+            return
+        t, s = self.last_ckpt
+        due = (
+            time.monotonic() - t >= self.ckpt_every
+            if self.ckpt_kind == "seconds"
+            else steps - s >= self.ckpt_every
+        )
+        if due:
+            self.last_ckpt = (time.monotonic(), steps)
+            self.write_checkpoint(self.global_state())

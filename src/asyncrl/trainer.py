@@ -141,8 +141,14 @@ def train(
     flatten_parameters(global_model, params)
     optimizer = make_optimizer(cfg.optimizer, params, cfg.lr, cfg.rms_alpha, cfg.eps)
     target_params = params.clone().share_memory_() if algo.uses_target_network else None
-    n = cfg.num_workers
-    counters = torch.zeros((3, n), dtype=torch.int64)
+    if cfg.backend == "ray":
+        from asyncrl.backends.ray import cluster_cpus, start_ray
+
+        start_ray(cfg)
+        n = cfg.workers or cluster_cpus()
+    else:
+        n = cfg.num_workers
+    counters = torch.zeros((3, n), dtype=torch.int64).share_memory_()
     if ckpt is not None:
         _check_fits(ckpt, params, target_params, optimizer, run_dir)
         params.copy_(torch.from_numpy(ckpt["params"]))
@@ -158,17 +164,6 @@ def train(
         run_dir = prepare_run_dir(cfg)
     (run_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
 
-    backend = make_backend(cfg.backend)
-    shared = SharedState(
-        params=params,
-        optimizer=optimizer,
-        target_params=target_params,
-        counters=counters.share_memory_(),
-        heartbeat=torch.zeros(n, dtype=torch.float64).share_memory_(),
-        incarnation=torch.zeros(n, dtype=torch.int64).share_memory_(),
-        checkpoint_request=torch.zeros(1, dtype=torch.int64).share_memory_(),
-        stop_flag=torch.zeros(1, dtype=torch.int64).share_memory_(),
-    )
     monitor = Monitor(
         run_dir,
         total_steps=cfg.steps,
@@ -211,30 +206,46 @@ def train(
             },
         )
 
-    supervisor = Supervisor(
-        cfg,
-        info,
-        shared,
-        backend,
-        monitor,
-        write_checkpoint,
-        worker_states,
-        restarts=0 if ckpt is None else ckpt["restarts"],
-    )
-    restore = _install_signal_handlers(supervisor, shared)
+    steps_start = int(counters[0].sum())
+    if cfg.backend == "ray":
+        supervisor, finish = _ray_supervisor(
+            cfg,
+            info,
+            spec,
+            n,
+            params,
+            optimizer,
+            target_params,
+            counters,
+            monitor,
+            write_checkpoint,
+        )
+    else:
+        supervisor, finish = _local_supervisor(
+            cfg,
+            info,
+            n,
+            params,
+            optimizer,
+            target_params,
+            counters,
+            monitor,
+            write_checkpoint,
+            worker_states,
+            0 if ckpt is None else ckpt["restarts"],
+        )
+    restore = _install_signal_handlers(supervisor)
     t_start = time.perf_counter()
-    steps_start = shared.global_steps()
     try:
         outcome = supervisor.run()
     except BaseException:
         monitor.close()
         raise
     finally:
-        shared.stop()
-        backend.join(timeout=10.0)
+        finish()
         restore()
     train_seconds = time.perf_counter() - t_start
-    total_steps = shared.global_steps()
+    total_steps = int(counters[0].sum())
 
     save_model(run_dir, cfg, spec.to_dict(), global_model.state_dict())
     diverged = outcome.fatal is not None and "non-finite" in outcome.fatal
@@ -261,6 +272,7 @@ def train(
         "worker_restarts": outcome.restarts,
         "nonfinite_updates": int(counters[NONFINITE].sum()),
         "resumed": ckpt is not None,
+        **getattr(supervisor, "ray_stats", {}),
         "run_dir": str(run_dir),
     }
     (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
@@ -272,7 +284,89 @@ def train(
     return summary
 
 
-def _install_signal_handlers(supervisor: Supervisor, shared: SharedState):
+def _local_supervisor(
+    cfg,
+    info,
+    n,
+    params,
+    optimizer,
+    target_params,
+    counters,
+    monitor,
+    write_checkpoint,
+    worker_states,
+    restarts,
+):
+    """Threads or processes: shared-memory state, workers supervised in this process."""
+    backend = make_backend(cfg.backend)
+    shared = SharedState(
+        params=params,
+        optimizer=optimizer,
+        target_params=target_params,
+        counters=counters,
+        heartbeat=torch.zeros(n, dtype=torch.float64).share_memory_(),
+        incarnation=torch.zeros(n, dtype=torch.int64).share_memory_(),
+        checkpoint_request=torch.zeros(1, dtype=torch.int64).share_memory_(),
+        stop_flag=torch.zeros(1, dtype=torch.int64).share_memory_(),
+    )
+    supervisor = Supervisor(
+        cfg, info, shared, backend, monitor, write_checkpoint, worker_states, restarts=restarts
+    )
+
+    def finish() -> None:
+        shared.stop()
+        backend.join(timeout=10.0)
+
+    return supervisor, finish
+
+
+def _ray_supervisor(
+    cfg, info, spec, n, params, optimizer, target_params, counters, monitor, write_checkpoint
+):
+    """Ray: the global state moves to a parameter server actor and comes back at the end."""
+    import ray
+
+    from asyncrl.backends.ray import RayRun, wait_for_workers
+    from asyncrl.supervisor import RaySupervisor
+
+    opt_state = {k: v.numpy().copy() for k, v in optimizer.state_dict().items()}
+    run = RayRun(
+        cfg,
+        info,
+        spec,
+        n,
+        params,
+        opt_state,
+        target_params,
+        int(counters[0].sum()),
+        int(counters[1].sum()),
+    )
+    supervisor = RaySupervisor(cfg, monitor, run, write_checkpoint, n)
+
+    def finish() -> None:
+        run.stop()
+        wait_for_workers(run, 10.0)
+        try:
+            s = run.state()
+        except ray.exceptions.RayActorError:
+            supervisor.outcome.fatal = supervisor.outcome.fatal or (
+                "the parameter server died; the run stopped (the last checkpoint on disk is intact)"
+            )
+            return
+        params.copy_(torch.tensor(s["params"]))
+        optimizer.load_state_dict({k: torch.tensor(v) for k, v in s["optimizer"].items()})
+        if target_params is not None:
+            target_params.copy_(torch.tensor(s["target_params"]))
+        counters[:, 0] = torch.tensor([s["steps"], s["episodes"], s["nonfinite"]])
+        counters[:, 1:] = 0
+        supervisor.ray_stats = {"lags": s["lags"], "dropped": s["dropped"], "nodes": len(run.nodes)}
+        for actor in [*run.workers, run.server]:
+            ray.kill(actor)
+
+    return supervisor, finish
+
+
+def _install_signal_handlers(supervisor: Any):
     """SIGINT/SIGTERM: stop the workers, let the trainer write a final checkpoint; a second
     signal exits at once. Only the main thread can own signal handlers."""
     if threading.current_thread() is not threading.main_thread():
@@ -281,8 +375,7 @@ def _install_signal_handlers(supervisor: Supervisor, shared: SharedState):
     def handler(signum: int, frame: Any) -> None:
         if supervisor.interrupted is not None:
             raise KeyboardInterrupt
-        supervisor.interrupted = signum
-        shared.stop()
+        supervisor.interrupt(signum)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
 

@@ -1,0 +1,311 @@
+"""A parameter server on Ray, for clusters of many machines (``--backend ray``).
+
+    ParameterServer (one Ray actor)          WorkerActor x N (one per CPU of the cluster)
+      global parameters (flat)     <- push --   the same Worker loop as every backend:
+      shared optimizer statistics  -- pull ->   pull, collect, loss, backward, push
+      target network, counters
+      episode stream, staleness
+
+Parameters and gradients travel as flat contiguous float32 arrays through Ray's object store,
+never as dicts of small tensors. The server is a plain (serial) actor: an update blocks a pull
+for at most one optimizer step. Pushes are asynchronous: a worker does not wait for its update
+to be applied, only for the parameters at its next pull (which Ray orders after its own push).
+
+Every pushed gradient carries the parameter version it was computed from; the server records
+the lag (versions behind) and, with ``--max-staleness K``, drops gradients more than K versions
+old and counts them.
+
+Worker actors are restarted by Ray when they die (``max_restarts``), and the trainer starts
+their loop again with fresh env state; the run stops with an error if the server dies.
+Checkpoints hold the server's global state; workers resume with fresh env state.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.config import Config
+from asyncrl.envs import EnvInfo
+from asyncrl.models import ModelSpec
+from asyncrl.optim import make_optimizer
+
+try:
+    import ray
+except ImportError:  # pragma: no cover - the extra is not installed
+    ray = None
+
+
+def require_ray() -> Any:
+    if ray is None:
+        from asyncrl.errors import UserError
+
+        raise UserError(
+            "--backend ray: Ray is not installed; install the extra: "
+            "pip install -c constraints.txt -e '.[ray]'"
+        )
+    return ray
+
+
+class ParameterServer:
+    """Global parameters, shared optimizer, counters and the episode stream (one Ray actor)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        params: np.ndarray,
+        optimizer_state: dict | None,
+        target: np.ndarray | None,
+        steps: int,
+        episodes: int,
+    ):
+        torch.set_num_threads(1)
+        self.cfg = cfg
+        self.params = torch.from_numpy(params.copy())
+        self.optimizer = make_optimizer(cfg.optimizer, self.params, cfg.lr, cfg.rms_alpha, cfg.eps)
+        if optimizer_state:
+            self.optimizer.load_state_dict(
+                {k: torch.from_numpy(v.copy()) for k, v in optimizer_state.items()}
+            )
+        self.target = None if target is None else torch.from_numpy(target.copy())
+        self.steps, self.episodes, self.version = steps, episodes, 0
+        self.stream: list[tuple[int, list, int]] = []
+        self.lags: collections.Counter[int] = collections.Counter()
+        self.dropped = 0
+        self.nonfinite = 0
+        self.stop = False
+
+    def pull(self, want_target: bool) -> tuple:
+        target = self.target.numpy() if (want_target and self.target is not None) else None
+        return self.version, self.params.numpy(), target, self.steps, self.stop
+
+    def push(self, grad: np.ndarray | None, version: int, n_steps: int, worker: int) -> int:
+        from asyncrl.worker import apply_update
+
+        self.steps += n_steps
+        if grad is None:
+            self.nonfinite += 1
+            return self.steps
+        lag = self.version - version
+        self.lags[lag] += 1
+        if self.cfg.max_staleness is not None and lag > self.cfg.max_staleness:
+            self.dropped += 1
+            return self.steps
+        apply_update(
+            self.cfg,
+            self.optimizer,
+            self.params,
+            self.target,
+            torch.from_numpy(grad),
+            self.steps,
+            n_steps,
+        )
+        self.version += 1
+        return self.steps
+
+    def report(self, worker: int, finished: list, step: int) -> None:
+        self.episodes += len(finished)
+        self.stream.append((worker, finished, step))
+
+    def drain(self) -> tuple[list, int]:
+        out, self.stream = self.stream, []
+        return out, self.steps
+
+    def set_stop(self) -> None:
+        self.stop = True
+
+    def state(self) -> dict:
+        return {
+            "params": self.params.numpy().copy(),
+            "optimizer": {k: v.numpy().copy() for k, v in self.optimizer.state_dict().items()},
+            "target_params": None if self.target is None else self.target.numpy().copy(),
+            "steps": self.steps,
+            "episodes": self.episodes,
+            "lags": dict(self.lags),
+            "dropped": self.dropped,
+            "nonfinite": self.nonfinite,
+            "version": self.version,
+        }
+
+
+class RayStore:
+    """The worker's side of the parameter server (the same interface as SharedMemoryStore)."""
+
+    def __init__(self, server: Any, wid: int):
+        self.server, self.wid = server, wid
+        self.steps, self.stop = 0, False
+        self.in_flight: Any = None
+
+    def global_step(self) -> int:
+        return self.steps
+
+    def retired(self) -> bool:
+        return False  # Ray restarts dead actors itself
+
+    def stopping(self) -> bool:
+        return self.stop
+
+    def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
+        version, params, target, self.steps, self.stop = ray.get(
+            self.server.pull.remote(target_local is not None)
+        )
+        # Ray hands back read-only arrays; torch.tensor copies them into a writable tensor.
+        local.copy_(torch.tensor(params))
+        if target_local is not None:
+            target_local.copy_(torch.tensor(target))
+        return version
+
+    def push(self, cfg: Config, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
+        # Asynchronous: the next pull (ordered after this push by Ray) waits for it, nothing
+        # else does. One push in flight at most keeps a slow server from queueing gradients.
+        if self.in_flight is not None:
+            ray.wait([self.in_flight])
+        payload = None if grad is None else grad.numpy()
+        self.in_flight = self.server.push.remote(payload, version, n_steps, self.wid)
+        self.steps += n_steps
+        return self.steps
+
+    def report(self, finished: list, global_step: int) -> None:
+        if finished:
+            self.server.report.remote(self.wid, finished, global_step)
+
+    def nonfinite(self, global_step: int, what: str) -> None:
+        pass  # counted by the server (a push without a gradient)
+
+    def alive_and_asked(self, worker: Any) -> None:
+        pass
+
+    def snapshot(self, worker: Any) -> None:
+        return None
+
+
+class WorkerActor:
+    """One actor-learner on some node of the cluster, running the shared Worker loop."""
+
+    def __init__(self, wid: int, cfg: Config, info: EnvInfo, server: Any):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+        self.wid, self.cfg, self.info, self.server = wid, cfg, info, server
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def run(self, incarnation: int) -> str:
+        from asyncrl.worker import Worker, _current
+
+        _current.worker_id = self.wid
+        # A restarted actor starts from fresh env state: another stream of the same seed.
+        store = RayStore(self.server, self.wid)
+        Worker(self.wid, incarnation, self.cfg, self.info, store, None).run()
+        return self.node()
+
+
+def start_ray(cfg: Config) -> None:
+    """Join ``--address`` or start Ray in-process on loopback."""
+    require_ray()
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": "WARNING",
+        "log_to_driver": True,
+    }
+    if cfg.address:
+        ray.init(address=cfg.address, **kwargs)
+    else:
+        # Local Ray binds to loopback only: nothing of ours listens on another address.
+        ray.init(num_cpus=os.cpu_count(), _node_ip_address="127.0.0.1", **kwargs)
+
+
+def cluster_cpus() -> int:
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+class RayRun:
+    """The trainer's handle on a Ray run: server, workers, restarts."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        info: EnvInfo,
+        spec: ModelSpec,
+        n: int,
+        params: torch.Tensor,
+        optimizer_state: dict | None,
+        target: torch.Tensor | None,
+        steps: int,
+        episodes: int,
+    ):
+        self.cfg, self.n = cfg, n
+        server_cls = ray.remote(num_cpus=0, max_restarts=0)(ParameterServer)
+        self.server = server_cls.remote(
+            cfg,
+            params.numpy().copy(),
+            optimizer_state,
+            None if target is None else target.numpy().copy(),
+            steps,
+            episodes,
+        )
+        worker_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(WorkerActor)
+        self.workers = [worker_cls.remote(w, cfg, info, self.server) for w in range(n)]
+        self.incarnation = [0] * n
+        # In flight per worker: its loop ("run") or, after a death, a ping that waits until Ray
+        # has restarted the actor (calls to a restarting actor fail as unavailable).
+        self.runs: dict[Any, tuple[int, str]] = {
+            self.workers[w].run.remote(0): (w, "run") for w in range(n)
+        }
+        self.nodes: set[str] = set()
+        self.restarts = 0
+
+    def poll(self, timeout: float) -> tuple[list, int, list[str]]:
+        """Episodes and global step from the server; worker events (restarts) as messages."""
+        events = []
+        ready, _ = ray.wait(list(self.runs), timeout=timeout, num_returns=len(self.runs))
+        for ref in ready:
+            w, kind = self.runs.pop(ref)
+            try:
+                node = ray.get(ref)
+            except ray.exceptions.RayActorError as e:
+                if kind == "ping":  # still restarting: ask again
+                    time.sleep(0.05)
+                    self.runs[self.workers[w].node.remote()] = (w, "ping")
+                    continue
+                self.restarts += 1
+                events.append(f"worker {w} died ({type(e).__name__}); Ray is restarting it")
+                if self.restarts > self.cfg.max_worker_restarts:
+                    raise RuntimeError(
+                        f"worker {w} died; that is {self.restarts} worker faults, over the "
+                        f"limit of --max-worker-restarts {self.cfg.max_worker_restarts}"
+                    ) from None
+                self.runs[self.workers[w].node.remote()] = (w, "ping")
+                continue
+            if kind == "ping":  # restarted: its loop starts again with fresh env state
+                self.incarnation[w] += 1
+                self.runs[self.workers[w].run.remote(self.incarnation[w])] = (w, "run")
+            else:
+                self.nodes.add(node)
+        stream, steps = ray.get(self.server.drain.remote())
+        return stream, steps, events
+
+    def done(self) -> bool:
+        return not self.runs
+
+    def stop(self) -> None:
+        self.server.set_stop.remote()
+
+    def state(self) -> dict:
+        return ray.get(self.server.state.remote())
+
+
+def wait_for_workers(run: RayRun, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not run.done() and time.monotonic() < deadline:
+        run.poll(0.2)
+
+
+__all__ = ["RayRun", "cluster_cpus", "start_ray"]
