@@ -35,15 +35,19 @@ def measure(algo: str, workers: int, seeds: int, budget: int, tmp: Path) -> dict
         # unsolved seeds count with the whole budget's time, so the median is honest
         "median_process_seconds": median_or_none([r["process_seconds"] for r in rows]),
         "median_solve_steps": median_or_none([r["solve_steps"] for r in solved]),
+        "reached_195": sum(r["steps_to_195"] is not None for r in rows),
+        "median_steps_to_195": median_or_none(
+            [r["steps_to_195"] for r in rows if r["steps_to_195"] is not None]
+        ),
         "median_steps_per_second": median_or_none([r["steps_per_second"] for r in rows]),
-        "max_return": [round(r["rolling_return"] or 0) for r in rows],
+        "final_rolling_return": [round(r["rolling_return"] or 0) for r in rows],
     }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--budget", type=int, default=500_000, help="env steps per run")
+    p.add_argument("--budget", type=int, default=1_000_000, help="env steps per run")
     p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
@@ -57,20 +61,22 @@ def main() -> None:
                 print(json.dumps(r), flush=True)
 
     print(
-        "\n| algorithm | workers | solved | median steps to 475 | median process s | "
-        "env steps/s | speed-up 2 vs 1 |"
+        "\n| algorithm | workers | reached 475 | median steps to 475 | median process s | "
+        "reached 195 | median steps to 195 | env steps/s | speed-up 2 vs 1 |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     by = {(r["algo"], r["workers"]): r for r in results}
     for algo in args.algos:
         two, one = by[(algo, 2)], by[(algo, 1)]
         speedup = one["median_process_seconds"] / two["median_process_seconds"]
         for r in (two, one):
-            steps = r["median_solve_steps"]
+            steps, steps195 = r["median_solve_steps"], r["median_steps_to_195"]
             print(
                 f"| {algo} | {r['workers']} | {r['solved']}/{r['seeds']} | "
                 f"{'-' if steps is None else f'{steps:,.0f}'} | "
-                f"{r['median_process_seconds']:.1f} | {r['median_steps_per_second']:,.0f} | "
+                f"{r['median_process_seconds']:.1f} | {r['reached_195']}/{r['seeds']} | "
+                f"{'-' if steps195 is None else f'{steps195:,.0f}'} | "
+                f"{r['median_steps_per_second']:,.0f} | "
                 f"{f'{speedup:.2f}x' if r is two else ''} |"
             )
     print(f"\nreproduce: python benchmarks/algorithms.py {shlex.join(sys.argv[1:])}")

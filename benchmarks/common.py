@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import csv
 import json
 import statistics
 import subprocess
@@ -30,7 +32,20 @@ def run_train(seed: int, extra: list[str], workdir: Path) -> dict:
         sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["process_seconds"] = wall
+    summary["steps_to_195"] = first_crossing(run_dir / "episodes.csv", 195.0)
     return summary
+
+
+def first_crossing(episodes_csv: Path, threshold: float, window: int = 100) -> int | None:
+    """Global step at which the mean return of the last ``window`` episodes first reached
+    ``threshold`` (CartPole-v0's 195, say), from the run's episodes.csv."""
+    last: collections.deque[float] = collections.deque(maxlen=window)
+    with episodes_csv.open() as f:
+        for row in csv.DictReader(f):
+            last.append(float(row["return"]))
+            if len(last) == last.maxlen and sum(last) / len(last) >= threshold:
+                return int(row["global_step"])
+    return None
 
 
 def median_or_none(values: list[float]) -> float | None:

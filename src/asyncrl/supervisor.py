@@ -26,6 +26,9 @@ class Outcome:
     fatal_details: str = ""  # the worker's traceback, for --debug
     restarts: int = 0
     states: dict[int, dict] = field(default_factory=dict)  # last snapshot of each worker
+    # the global state is gone or untrustworthy (parameter server dead, NaN): keep the last
+    # good checkpoint and model as they are
+    keep_last_checkpoint: bool = False
 
 
 class Supervisor:
@@ -264,15 +267,14 @@ class RaySupervisor:
                 self.run_.stop()
                 break
             except Exception as e:  # the parameter server died (RayActorError)
-                self.outcome.fatal = (
-                    f"the parameter server died ({type(e).__name__}); the run stopped and the "
-                    "last checkpoint on disk is intact"
-                )
+                self.outcome.fatal = f"the parameter server died ({type(e).__name__})"
+                self.outcome.keep_last_checkpoint = True
+                self.outcome.restarts = self.run_.restarts
                 return self.outcome
             for text in events:
                 self.monitor.log(text)
-            for worker, finished, step in stream:
-                for ret, length in finished:
+            for worker, finished in stream:
+                for ret, length, step in finished:
                     if self.monitor.episode(worker, ret, length, step) and not self.stopped:
                         self.stopped = True
                         self.run_.stop()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from asyncrl.algos import make_algorithm
@@ -247,9 +248,11 @@ def train(
     train_seconds = time.perf_counter() - t_start
     total_steps = int(counters[0].sum())
 
-    save_model(run_dir, cfg, spec.to_dict(), global_model.state_dict())
     diverged = outcome.fatal is not None and "non-finite" in outcome.fatal
-    if not diverged:  # after divergence the last good checkpoint stays as it was
+    keep_last = diverged or outcome.keep_last_checkpoint
+    if not outcome.keep_last_checkpoint:  # a lost server took the global state with it
+        save_model(run_dir, cfg, spec.to_dict(), global_model.state_dict())
+    if not keep_last:  # after divergence the last good checkpoint stays as it was
         write_checkpoint(outcome.states)
     monitor.close()
     summary = {
@@ -279,7 +282,7 @@ def train(
     if supervisor.interrupted is not None:
         raise Interrupted(supervisor.interrupted, run_dir, total_steps)
     if outcome.fatal is not None:
-        keep = "the last good checkpoint is kept" if diverged else "a checkpoint was written"
+        keep = "the last good checkpoint is kept" if keep_last else "a checkpoint was written"
         raise TrainingError(f"{outcome.fatal}; {keep} in {run_dir}", outcome.fatal_details)
     return summary
 
@@ -344,14 +347,13 @@ def _ray_supervisor(
     supervisor = RaySupervisor(cfg, monitor, run, write_checkpoint, n)
 
     def finish() -> None:
-        run.stop()
-        wait_for_workers(run, 10.0)
         try:
+            run.stop()
+            wait_for_workers(run, 10.0)
             s = run.state()
-        except ray.exceptions.RayActorError:
-            supervisor.outcome.fatal = supervisor.outcome.fatal or (
-                "the parameter server died; the run stopped (the last checkpoint on disk is intact)"
-            )
+        except ray.exceptions.RayActorError:  # the server
+            supervisor.outcome.fatal = supervisor.outcome.fatal or "the parameter server died"
+            supervisor.outcome.keep_last_checkpoint = True
             return
         params.copy_(torch.tensor(s["params"]))
         optimizer.load_state_dict({k: torch.tensor(v) for k, v in s["optimizer"].items()})
@@ -360,10 +362,23 @@ def _ray_supervisor(
         counters[:, 0] = torch.tensor([s["steps"], s["episodes"], s["nonfinite"]])
         counters[:, 1:] = 0
         supervisor.ray_stats = {"lags": s["lags"], "dropped": s["dropped"], "nodes": len(run.nodes)}
+        monitor.log(staleness_line(s["lags"], s["dropped"]))
         for actor in [*run.workers, run.server]:
             ray.kill(actor)
 
     return supervisor, finish
+
+
+def staleness_line(lags: dict[int, int], dropped: int) -> str:
+    """The distribution of gradient staleness (versions behind) in one line."""
+    if not lags:
+        return "staleness: no gradient applied"
+    values = np.repeat(np.array(list(lags), dtype=float), list(lags.values()))
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return (
+        f"staleness (parameter versions behind) of {values.size:,} gradients: median {p50:g}, "
+        f"p90 {p90:g}, p99 {p99:g}, max {values.max():g}; dropped {dropped:,}"
+    )
 
 
 def _install_signal_handlers(supervisor: Any):

@@ -8,8 +8,10 @@
 
 Parameters and gradients travel as flat contiguous float32 arrays through Ray's object store,
 never as dicts of small tensors. The server is a plain (serial) actor: an update blocks a pull
-for at most one optimizer step. Pushes are asynchronous: a worker does not wait for its update
-to be applied, only for the parameters at its next pull (which Ray orders after its own push).
+for at most one optimizer step. A worker makes one call per rollout, ``push_pull``: the gradient
+of its last rollout and the episodes it finished go in, the current parameters come out. (A
+separate asynchronous push saves nothing: the serial server would apply it before answering
+the pull that follows it anyway.) Workers never wait for each other, only for the server.
 
 Every pushed gradient carries the parameter version it was computed from; the server records
 the lag (versions behind) and, with ``--max-staleness K``, drops gradients more than K versions
@@ -39,6 +41,9 @@ try:
     import ray
 except ImportError:  # pragma: no cover - the extra is not installed
     ray = None
+
+
+SERVER_NAME = "asyncrl-parameter-server"
 
 
 def require_ray() -> Any:
@@ -74,7 +79,7 @@ class ParameterServer:
             )
         self.target = None if target is None else torch.from_numpy(target.copy())
         self.steps, self.episodes, self.version = steps, episodes, 0
-        self.stream: list[tuple[int, list, int]] = []
+        self.stream: list[tuple[int, list]] = []
         self.lags: collections.Counter[int] = collections.Counter()
         self.dropped = 0
         self.nonfinite = 0
@@ -108,9 +113,20 @@ class ParameterServer:
         self.version += 1
         return self.steps
 
-    def report(self, worker: int, finished: list, step: int) -> None:
+    def push_pull(
+        self, pending: tuple | None, finished: list, worker: int, want_target: bool
+    ) -> tuple:
+        """A worker's one call per rollout: its last gradient and episodes in, parameters out."""
+        if pending is not None:
+            self.push(*pending, worker)
+        if finished:
+            self.report(worker, finished)
+        return self.pull(want_target)
+
+    def report(self, worker: int, finished: list) -> None:
+        """Episodes as (return, length, global step at the end of their rollout)."""
         self.episodes += len(finished)
-        self.stream.append((worker, finished, step))
+        self.stream.append((worker, finished))
 
     def drain(self) -> tuple[list, int]:
         out, self.stream = self.stream, []
@@ -134,12 +150,17 @@ class ParameterServer:
 
 
 class RayStore:
-    """The worker's side of the parameter server (the same interface as SharedMemoryStore)."""
+    """The worker's side of the parameter server (the same interface as SharedMemoryStore).
+
+    One round trip per rollout: the gradient of a rollout (and the episodes it finished) rides
+    on the next pull. The server is serial, so a pull sent after a push waits for that push
+    anyway; sending both in one call halves the calls without making anyone wait longer."""
 
     def __init__(self, server: Any, wid: int):
         self.server, self.wid = server, wid
         self.steps, self.stop = 0, False
-        self.in_flight: Any = None
+        self.pending: tuple | None = None
+        self.finished: list = []
 
     def global_step(self) -> int:
         return self.steps
@@ -150,29 +171,28 @@ class RayStore:
     def stopping(self) -> bool:
         return self.stop
 
+    def _send(self, want_target: bool) -> tuple:
+        pending, self.pending = self.pending, None
+        finished, self.finished = self.finished, []
+        return ray.get(self.server.push_pull.remote(pending, finished, self.wid, want_target))
+
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
-        version, params, target, self.steps, self.stop = ray.get(
-            self.server.pull.remote(target_local is not None)
-        )
-        # Ray hands back read-only arrays; torch.tensor copies them into a writable tensor.
-        local.copy_(torch.tensor(params))
+        version, params, target, self.steps, self.stop = self._send(target_local is not None)
+        # Ray hands back read-only arrays: copy them into our tensors' memory.
+        local.numpy()[:] = params
         if target_local is not None:
-            target_local.copy_(torch.tensor(target))
+            target_local.numpy()[:] = target
         return version
 
     def push(self, cfg: Config, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
-        # Asynchronous: the next pull (ordered after this push by Ray) waits for it, nothing
-        # else does. One push in flight at most keeps a slow server from queueing gradients.
-        if self.in_flight is not None:
-            ray.wait([self.in_flight])
-        payload = None if grad is None else grad.numpy()
-        self.in_flight = self.server.push.remote(payload, version, n_steps, self.wid)
+        # Sent with the next pull; the gradient buffer is not touched before then (the next
+        # backward pass comes after that pull), and Ray serializes it when the call is made.
+        self.pending = (None if grad is None else grad.numpy(), version, n_steps)
         self.steps += n_steps
         return self.steps
 
     def report(self, finished: list, global_step: int) -> None:
-        if finished:
-            self.server.report.remote(self.wid, finished, global_step)
+        self.finished.extend((ret, length, global_step) for ret, length in finished)
 
     def nonfinite(self, global_step: int, what: str) -> None:
         pass  # counted by the server (a push without a gradient)
@@ -181,6 +201,9 @@ class RayStore:
         pass
 
     def snapshot(self, worker: Any) -> None:
+        # the loop's last call: deliver the last rollout's gradient and episodes
+        if self.pending is not None or self.finished:
+            self._send(False)
         return None
 
 
@@ -243,7 +266,8 @@ class RayRun:
     ):
         self.cfg, self.n = cfg, n
         server_cls = ray.remote(num_cpus=0, max_restarts=0)(ParameterServer)
-        self.server = server_cls.remote(
+        # named, so that operators (and the fault tests) can find it: ray.get_actor(name)
+        self.server = server_cls.options(name=f"{SERVER_NAME}-{os.getpid()}-{id(self):x}").remote(
             cfg,
             params.numpy().copy(),
             optimizer_state,
@@ -265,32 +289,41 @@ class RayRun:
     def poll(self, timeout: float) -> tuple[list, int, list[str]]:
         """Episodes and global step from the server; worker events (restarts) as messages."""
         events = []
+        # First the server: if it is dead this raises, and the workers' failures that follow
+        # from it are not counted as worker faults.
+        stream, steps = ray.get(self.server.drain.remote())
         ready, _ = ray.wait(list(self.runs), timeout=timeout, num_returns=len(self.runs))
         for ref in ready:
             w, kind = self.runs.pop(ref)
             try:
                 node = ray.get(ref)
-            except ray.exceptions.RayActorError as e:
+            except ray.exceptions.RayActorError as e:  # the actor process is gone
                 if kind == "ping":  # still restarting: ask again
                     time.sleep(0.05)
                     self.runs[self.workers[w].node.remote()] = (w, "ping")
                     continue
-                self.restarts += 1
-                events.append(f"worker {w} died ({type(e).__name__}); Ray is restarting it")
-                if self.restarts > self.cfg.max_worker_restarts:
-                    raise RuntimeError(
-                        f"worker {w} died; that is {self.restarts} worker faults, over the "
-                        f"limit of --max-worker-restarts {self.cfg.max_worker_restarts}"
-                    ) from None
+                self.fault(w, f"died ({type(e).__name__}); Ray is restarting it", events)
                 self.runs[self.workers[w].node.remote()] = (w, "ping")
                 continue
+            except ray.exceptions.RayTaskError as e:  # its env or learner raised
+                cause = getattr(e, "cause", None) or e
+                self.fault(w, f"failed: {type(cause).__name__}: {cause}", events)
+                kind = "ping"  # the actor is alive: start its loop again at once
             if kind == "ping":  # restarted: its loop starts again with fresh env state
                 self.incarnation[w] += 1
                 self.runs[self.workers[w].run.remote(self.incarnation[w])] = (w, "run")
             else:
                 self.nodes.add(node)
-        stream, steps = ray.get(self.server.drain.remote())
         return stream, steps, events
+
+    def fault(self, w: int, what: str, events: list[str]) -> None:
+        self.restarts += 1
+        events.append(f"worker {w} {what}")
+        if self.restarts > self.cfg.max_worker_restarts:
+            raise RuntimeError(
+                f"worker {w} {what.split(';')[0]}; that is {self.restarts} worker faults, over "
+                f"the limit of --max-worker-restarts {self.cfg.max_worker_restarts}"
+            )
 
     def done(self) -> bool:
         return not self.runs
@@ -305,7 +338,10 @@ class RayRun:
 def wait_for_workers(run: RayRun, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not run.done() and time.monotonic() < deadline:
-        run.poll(0.2)
+        try:
+            run.poll(0.2)
+        except RuntimeError:  # more worker faults while stopping: nothing left to restart for
+            return
 
 
 __all__ = ["RayRun", "cluster_cpus", "start_ray"]
