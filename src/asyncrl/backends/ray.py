@@ -106,7 +106,7 @@ class ParameterServer:
             self.optimizer,
             self.params,
             self.target,
-            torch.from_numpy(grad),
+            torch.tensor(grad),  # Ray hands back read-only arrays
             self.steps,
             n_steps,
         )
