@@ -48,5 +48,15 @@ def first_crossing(episodes_csv: Path, threshold: float, window: int = 100) -> i
     return None
 
 
+def steady_rate(episodes_csv: Path, budget: int, start: float = 0.2) -> float:
+    """Env steps per second in steady state: from the first episode past ``start`` of the
+    budget to the last one (start-up, of Ray's actors say, left out)."""
+    with episodes_csv.open() as f:
+        rows = [(int(r["global_step"]), float(r["wall_seconds"])) for r in csv.DictReader(f)]
+    later = [r for r in rows if r[0] >= start * budget]
+    (s0, t0), (s1, t1) = later[0], later[-1]
+    return (s1 - s0) / max(t1 - t0, 1e-9)
+
+
 def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None

@@ -35,6 +35,12 @@ class Config:
     Ray in this process, on loopback)"""
     max_staleness: int | None = None
     """ray: drop gradients computed from parameters more than this many versions old"""
+    ray_batch: int = 8
+    """ray: rollouts whose gradients travel to the parameter server in one call (each is
+    applied as an update of its own); fewer calls, staler gradients"""
+    ray_pipeline: int = 1
+    """ray: rollouts a worker collects while its last push is in flight (1 hides the round trip
+    to the parameter server at the cost of one more version of staleness; 0 waits for it)"""
     envs_per_worker: int = 16
     """environments each worker steps together in one batched forward pass (paper: 1)"""
     steps: int = 500_000
@@ -154,6 +160,12 @@ class Config:
             self.max_staleness is None or self.max_staleness >= 0,
             "max-staleness",
             f"must be >= 0, got {self.max_staleness}",
+        )
+        need(self.ray_batch >= 1, "ray-batch", f"must be >= 1, got {self.ray_batch}")
+        need(
+            self.ray_pipeline in (0, 1),
+            "ray-pipeline",
+            f"must be 0 or 1, got {self.ray_pipeline}",
         )
         need(
             self.address is None or self.backend == "ray",

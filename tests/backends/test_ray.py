@@ -2,10 +2,12 @@
 command runs pytest in a network namespace that has nothing else)."""
 
 import os
+import socket
 
 import pytest
 
 ray = pytest.importorskip("ray")
+
 
 import asyncrl  # noqa: E402
 from asyncrl.algos.a3c import A3C  # noqa: E402
@@ -16,6 +18,10 @@ from asyncrl.worker import Worker  # noqa: E402
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     from ray.cluster_utils import Cluster
+
+    if any(not name.startswith("lo") for _, name in socket.if_nameindex()):
+        # Ray may bind to every interface it finds; here it may only ever talk over loopback.
+        pytest.skip("Ray clusters start only where loopback is the sole interface: scripts/test")
 
     # the fault-injection envs and their marker files must reach the Ray workers
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -139,3 +145,92 @@ def test_a_dead_parameter_server_stops_the_run_and_keeps_the_checkpoint(cluster,
     assert "parameter server died" in str(result["error"])
     assert load_checkpoint(run_dir)["counters"][0].sum() >= 20_000  # intact, and loadable
     assert not (run_dir / "model.pt").exists()  # nothing written from the lost global state
+
+
+class _Ref:
+    def __init__(self, reply, ready):
+        self.reply, self.ready = reply, ready
+
+
+class _FakeRay:
+    """Just enough of ray.get / ray.wait to drive RayStore without a cluster."""
+
+    def __init__(self):
+        self.blocked_on: list = []
+
+    def get(self, ref):
+        if isinstance(ref, list):
+            return [self.get(r) for r in ref]
+        if not ref.ready:
+            self.blocked_on.append(ref)  # a real ray.get would wait here
+        return ref.reply
+
+    @staticmethod
+    def wait(refs, timeout=None):
+        return [r for r in refs if r.ready], [r for r in refs if not r.ready]
+
+
+class _FakeServer:
+    """Replies (version, params, target, steps, stop); the newest call is still in flight."""
+
+    def __init__(self):
+        self.calls: list = []
+        self.args: list = []
+        self.push_pull = self
+
+    def remote(self, pushes, finished, worker, want_target):
+        self.args.append((pushes, finished))
+        for ref in self.calls:
+            ref.ready = True  # the server answers calls in order
+        v = len(self.calls)
+        ref = _Ref((v, np.full(3, float(v), np.float32), None, 8 * v, False), ready=False)
+        self.calls.append(ref)
+        return ref
+
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.mark.parametrize("pipeline", [0, 1])
+def test_a_pipelined_worker_does_not_wait_for_the_push_it_just_sent(monkeypatch, pipeline):
+    fake = _FakeRay()
+    monkeypatch.setattr(ray_backend, "ray", fake)
+    server = _FakeServer()
+    store = ray_backend.RayStore(server, 0, pipeline=pipeline, batch=1)
+    cfg = asyncrl.Config()
+    local = torch.zeros(3)
+    assert store.pull(local, None) == 0  # the first pull always waits: nothing to work with
+    fake.blocked_on.clear()
+    for k in range(1, 4):
+        store.push(cfg, torch.ones(3), 8, store.version)
+        version = store.pull(local, None)
+        if pipeline:
+            # the reply to push k is not waited for: the worker goes on with push k-1's reply
+            assert not fake.blocked_on and version == k - 1
+        else:
+            # every pull waits for the reply to the push before it
+            assert fake.blocked_on[-1] is server.calls[k] and version == k
+        assert float(local[0]) == version and len(store.inflight) == pipeline
+    store.snapshot(None)  # the last call is delivered before the loop ends
+    assert not store.inflight
+
+
+def test_batched_pushes_send_every_gradient_once_in_fewer_calls(monkeypatch):
+    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    server = _FakeServer()
+    store = ray_backend.RayStore(server, 0, pipeline=1, batch=3)
+    cfg = asyncrl.Config()
+    local = torch.zeros(3)
+    store.pull(local, None)
+    grad = torch.zeros(3)
+    for k in range(7):
+        grad.fill_(k)  # the worker reuses its gradient buffer
+        store.push(cfg, grad, 8, store.version)
+        store.report([(float(k), 8)], store.steps)
+        store.pull(local, None)
+    store.snapshot(None)
+    sent = [p for args in server.args for p in args[0]]
+    assert len(server.calls) == 1 + 3  # the first pull, two full batches, the rest at the end
+    assert [float(g[0]) for g, _, _ in sent] == list(range(7))  # each once, copied when pushed
+    assert [ret for args in server.args for ret, _, _ in args[1]] == list(range(7))

@@ -1,0 +1,117 @@
+"""Where a worker's time goes: the share of env step, forward pass (action selection), loss,
+backward pass, gradient flattening and clipping, optimizer step and parameter pull in the
+actor-learner loop.
+
+One worker runs the real loop (`asyncrl.worker.Worker`, shared-memory store) in this process
+with timers around each phase; the rest of the loop (rollout bookkeeping, episode reports,
+counters) is "other". Median share over N seeds.
+
+    python benchmarks/worker_profile.py --seeds 3
+    python benchmarks/worker_profile.py --seeds 3 --algo nstep-q
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shlex
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+import asyncrl.worker as worker_mod
+from asyncrl.algos import make_algorithm
+from asyncrl.config import Config
+from asyncrl.envs import probe_env
+from asyncrl.models import build_model, flatten_parameters
+from asyncrl.optim import make_optimizer
+from asyncrl.worker import SharedMemoryStore, SharedState, Worker
+
+
+class _Discard:
+    def send(self, msg: Any) -> None:
+        pass
+
+
+def timed(fn: Any, name: str, acc: collections.Counter) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[name] += time.perf_counter() - t0
+
+    return wrapper
+
+
+def profile(cfg: Config) -> tuple[collections.Counter, float]:
+    torch.set_num_threads(1)
+    info = probe_env(cfg.env, cfg.algo)
+    algo = make_algorithm(cfg, info)
+    params = flatten_parameters(build_model(algo.model_spec())).detach().clone().share_memory_()
+    shared = SharedState(
+        params=params,
+        optimizer=make_optimizer(cfg.optimizer, params, cfg.lr, cfg.rms_alpha, cfg.eps),
+        target_params=params.clone() if algo.uses_target_network else None,
+        counters=torch.zeros((3, 1), dtype=torch.int64),
+        heartbeat=torch.zeros(1, dtype=torch.float64),
+        incarnation=torch.zeros(1, dtype=torch.int64),
+        checkpoint_request=torch.zeros(1, dtype=torch.int64),
+        stop_flag=torch.zeros(1, dtype=torch.int64),
+    )
+    acc: collections.Counter = collections.Counter()
+    store = SharedMemoryStore(shared, _Discard(), 0, 0)
+    w = Worker(0, 0, cfg, info, store, None)
+    w.envs.step = timed(w.envs.step, "env step", acc)
+    w.algo.act = timed(w.algo.act, "forward (act)", acc)
+    w.algo.loss = timed(w.algo.loss, "loss (forward over the rollout)", acc)
+    store.pull = timed(store.pull, "pull parameters", acc)
+    store.push = timed(store.push, "optimizer step (push)", acc)
+    backward = torch.Tensor.backward
+    torch.Tensor.backward = timed(backward, "backward", acc)  # type: ignore[method-assign]
+    grad_fn = worker_mod.flat_grad
+    clip_fn = worker_mod.clip_grad_norm_
+    worker_mod.flat_grad = timed(grad_fn, "flatten + clip gradient", acc)
+    worker_mod.clip_grad_norm_ = timed(clip_fn, "flatten + clip gradient", acc)
+    try:
+        t0 = time.perf_counter()
+        w.run()
+        total = time.perf_counter() - t0
+    finally:
+        torch.Tensor.backward = backward  # type: ignore[method-assign]
+        worker_mod.flat_grad, worker_mod.clip_grad_norm_ = grad_fn, clip_fn
+    acc["other"] = total - sum(acc.values())
+    return acc, shared.global_steps() / total
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=300_000)
+    p.add_argument("--algo", default="a3c")
+    args = p.parse_args()
+    shares: dict[str, list[float]] = collections.defaultdict(list)
+    rates = []
+    for seed in range(args.seeds):
+        cfg = Config(algo=args.algo, seed=seed, steps=args.steps, workers=1).validate()
+        acc, rate = profile(cfg)
+        total = sum(acc.values())
+        for k, v in acc.items():
+            shares[k].append(v / total)
+        rates.append(rate)
+        print(f"seed {seed}: {rate:,.0f} env steps/s in one worker", flush=True)
+    print(
+        f"\n{args.algo}, one worker, default settings: median {statistics.median(rates):,.0f} "
+        "env steps/s"
+    )
+    print("| phase | share of the worker's time |\n|---|---|")
+    for k in sorted(shares, key=lambda k: -statistics.median(shares[k])):
+        print(f"| {k} | {100 * statistics.median(shares[k]):.1f}% |")
+    print(f"reproduce: python benchmarks/worker_profile.py {shlex.join(sys.argv[1:])}")
+
+
+if __name__ == "__main__":
+    main()
