@@ -44,7 +44,14 @@ def test_the_ray_backend_runs_the_shared_worker_loop():
     import inspect
 
     assert "Worker(" in inspect.getsource(ray_backend.WorkerActor.run)
-    assert ray_backend.RayStore.__dict__.keys() >= {"pull", "push", "report", "stopping"}
+    import re
+
+    from asyncrl import worker
+
+    used = set(re.findall(r"store\.([a-z_]+)\(", inspect.getsource(worker.Worker)))
+    assert used >= {"pull", "push", "report", "stopping"}
+    assert ray_backend.RayStore.__dict__.keys() >= used  # every call the loop makes
+    assert worker.SharedMemoryStore.__dict__.keys() >= used
     assert Worker.run.__module__ == "asyncrl.worker" and A3C.loss.__module__ == "asyncrl.algos.a3c"
 
 
