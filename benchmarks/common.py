@@ -54,6 +54,8 @@ def steady_rate(episodes_csv: Path, budget: int, start: float = 0.2) -> float:
     with episodes_csv.open() as f:
         rows = [(int(r["global_step"]), float(r["wall_seconds"])) for r in csv.DictReader(f)]
     later = [r for r in rows if r[0] >= start * budget]
+    if len(later) < 2:
+        sys.exit(f"{episodes_csv}: too few episodes past {start:.0%} of the budget to time")
     (s0, t0), (s1, t1) = later[0], later[-1]
     return (s1 - s0) / max(t1 - t0, 1e-9)
 

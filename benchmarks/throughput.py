@@ -14,6 +14,7 @@ Ray must only talk over loopback on this machine; run it as the test command doe
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import sys
@@ -68,7 +69,8 @@ def main() -> None:
                 f"(training phase), {med_steady[('ray', w)] / med_steady[('processes', w)]:.0%} "
                 "(steady state)"
             )
-    print(f"reproduce: python benchmarks/throughput.py {shlex.join(sys.argv[1:])}")
+    launcher = "scripts/loopback " if "ray" in args.backends else ""
+    print(f"reproduce: {launcher}python benchmarks/throughput.py {shlex.join(sys.argv[1:])}")
     if args.plot:
         plot(cells, med, med_steady, args.plot)
 
@@ -85,7 +87,7 @@ def plot(cells, med, med_steady, path: Path) -> None:
     ax.bar([i + 0.2 for i in x], [med_steady[c] / 1e3 for c in cells], 0.4, label="steady state")
     ax.set_xticks(list(x), [f"{b}\nx{w}" for b, w in cells])
     ax.set_ylabel("thousand env steps / s")
-    ax.set_title("A3C on CartPole-v1, 2-core machine (median of seeds)")
+    ax.set_title(f"A3C on CartPole-v1, {os.cpu_count()} cores (median of seeds)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

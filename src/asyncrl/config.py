@@ -34,13 +34,14 @@ class Config:
     """ray: address of a running cluster to join ('ray start --head' prints it; default: start
     Ray in this process, on loopback)"""
     max_staleness: int | None = None
-    """ray: drop gradients computed from parameters more than this many versions old"""
+    """ray: drop gradients computed from parameters more than this many versions old (lag is
+    counted per gradient, so it grows by one within each call of --ray-batch gradients)"""
     ray_batch: int = 8
     """ray: rollouts whose gradients travel to the parameter server in one call (each is
     applied as an update of its own); fewer calls, staler gradients"""
     ray_pipeline: int = 1
-    """ray: rollouts a worker collects while its last push is in flight (1 hides the round trip
-    to the parameter server at the cost of one more version of staleness; 0 waits for it)"""
+    """ray: calls left in flight while the worker goes on collecting (0 or 1); 1 hides the
+    round trip at the cost of one more call's worth (--ray-batch rollouts) of staleness"""
     envs_per_worker: int = 16
     """environments each worker steps together in one batched forward pass (paper: 1)"""
     steps: int = 500_000

@@ -267,22 +267,35 @@ class RaySupervisor:
                 self.run_.stop()
                 break
             except Exception as e:  # the parameter server died (RayActorError)
-                self.outcome.fatal = f"the parameter server died ({type(e).__name__})"
-                self.outcome.keep_last_checkpoint = True
-                self.outcome.restarts = self.run_.restarts
-                return self.outcome
+                return self.server_died(e)
             for text in events:
                 self.monitor.log(text)
-            for worker, finished in stream:
-                for ret, length, step in finished:
-                    if self.monitor.episode(worker, ret, length, step) and not self.stopped:
-                        self.stopped = True
-                        self.run_.stop()
+            self.episodes(stream)
             self.monitor.refresh(steps)
             self.maybe_checkpoint(steps)
+        try:  # the episodes of the workers' last calls, sent as their loops ended
+            stream, steps = self.run_.drain()
+            self.episodes(stream)
+            self.monitor.refresh(steps)
+        except Exception as e:  # the parameter server died (RayActorError)
+            return self.server_died(e)
         self.outcome.restarts = self.run_.restarts
         self.outcome.states = self.global_state()
         return self.outcome
+
+    def server_died(self, e: Exception) -> Outcome:
+        # the global state is lost with it: the last checkpoint on disk stays as it was
+        self.outcome.fatal = f"the parameter server died ({type(e).__name__})"
+        self.outcome.keep_last_checkpoint = True
+        self.outcome.restarts = self.run_.restarts
+        return self.outcome
+
+    def episodes(self, stream: list) -> None:
+        for worker, finished in stream:
+            for ret, length, step in finished:
+                if self.monitor.episode(worker, ret, length, step) and not self.stopped:
+                    self.stopped = True
+                    self.run_.stop()
 
     def maybe_checkpoint(self, steps: int) -> None:
         if self.ckpt_kind == "off" or self.stopped:

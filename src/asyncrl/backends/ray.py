@@ -6,12 +6,13 @@
       target network, counters
       episode stream, staleness
 
-Parameters and gradients travel as flat contiguous float32 arrays through Ray's object store,
-never as dicts of small tensors. The server is a plain (serial) actor: an update blocks a pull
-for at most one optimizer step. A worker makes one call per rollout, ``push_pull``: the gradient
-of its last rollout and the episodes it finished go in, the current parameters come out. (A
-separate asynchronous push saves nothing: the serial server would apply it before answering
-the pull that follows it anyway.) Workers never wait for each other, only for the server.
+Parameters and gradients travel as flat contiguous float32 arrays, never as dicts of small
+tensors. A Ray call costs about a millisecond of CPU, so a worker sends the gradients of
+``--ray-batch`` rollouts in one call, ``push_pull``, and (``--ray-pipeline 1``) goes on collecting
+while the call is in flight; see :class:`RayStore`. The server is a plain (serial) actor: it
+applies a call's gradients one optimizer step each and answers with the current parameters, so
+a call holds up the next for ``ray_batch`` optimizer steps. Workers never wait for each other,
+only for the server.
 
 Every pushed gradient carries the parameter version it was computed from; the server records
 the lag (versions behind) and, with ``--max-staleness K``, drops gradients more than K versions
@@ -155,22 +156,25 @@ class RayStore:
     a 9k-parameter model), as much as collecting and learning from half a CartPole rollout, so
     the store spends calls sparingly:
 
-    * ``batch`` rollouts' gradients travel in one call, ``push_pull``; the server applies each
-      as an update of its own (the same updates as with shared memory, only staler), then
-      returns the current parameters;
-    * with ``pipeline`` = 1 the call is sent as soon as the gradients are ready and the worker
-      goes on collecting with the parameters it has; it takes the reply when it sends its next
-      call: the round trip overlaps the worker's own work instead of idling it.
-      ``pipeline`` = 0 waits for each reply.
+    * ``batch`` rollouts' gradients travel in one call, ``push_pull``, with the episodes that
+      finished in them; the server applies each gradient as an update of its own (the same
+      updates as with shared memory, only staler), then returns the current parameters;
+    * with ``pipeline`` = 1 the call is sent as soon as the batch is full and the worker goes
+      on collecting with the parameters it has; it takes the reply when it sends its next call:
+      the round trip overlaps the worker's own work instead of idling it. ``pipeline`` = 0
+      waits for each reply.
 
-    Both add staleness, which the server measures per gradient (``lags`` in the summary).
+    Both add staleness, which the server measures per gradient (``lags`` in the summary). The
+    worker's view of the global step is the server's count in the last reply plus its own
+    steps that the server has not counted yet (in flight or not sent).
     """
 
-    def __init__(self, server: Any, wid: int, pipeline: int = 1, batch: int = 1):
+    def __init__(self, server: Any, wid: int, pipeline: int, batch: int):
         self.server, self.wid, self.pipeline, self.batch = server, wid, pipeline, batch
         self.steps, self.stop, self.version = 0, False, -1
-        self.inflight: list[Any] = []  # refs of calls whose replies are not used yet
+        self.inflight: list[tuple[Any, int]] = []  # (ref, env steps it carries), oldest first
         self.pushes: list[tuple] = []  # gradients not sent yet
+        self.unsent = 0  # env steps of those
         self.finished: list = []
         self.wants_target = False
 
@@ -187,21 +191,25 @@ class RayStore:
         pushes, self.pushes = self.pushes, []
         finished, self.finished = self.finished, []
         call = self.server.push_pull.remote(pushes, finished, self.wid, self.wants_target)
-        self.inflight.append(call)
+        self.inflight.append((call, self.unsent))
+        self.unsent = 0
 
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
         self.wants_target = target_local is not None
-        if self.version < 0:  # the first pull: nothing to work with yet
+        # The batch goes out here rather than in push: the episodes the worker reported after
+        # its last push ride along with that rollout's gradient.
+        if self.version < 0 or len(self.pushes) >= self.batch:
             self._call()
-        elif len(self.inflight) <= self.pipeline:
-            # No call went out since the last pull, or the pipeline lets the newest one fly
-            # while the worker goes on with the parameters it has. (No ray.wait polling: it
-            # costs a call into Ray's core worker per rollout.)
-            return self.version
         reply = None
+        # Wait while more calls are in flight than the pipeline allows (and on the first pull,
+        # for parameters to work with); otherwise keep the parameters we have: no ray.wait
+        # polling, which costs a call into Ray's core worker per rollout.
         while len(self.inflight) > self.pipeline or (self.version < 0 and reply is None):
-            reply = ray.get(self.inflight.pop(0))
-        self.version, params, target, self.steps, self.stop = reply
+            reply = ray.get(self.inflight.pop(0)[0])
+        if reply is None:
+            return self.version
+        self.version, params, target, server_steps, self.stop = reply
+        self.steps = server_steps + sum(n for _, n in self.inflight) + self.unsent
         # Ray hands back read-only arrays: copy them into our tensors' memory.
         local.numpy()[:] = params
         if target_local is not None:
@@ -211,8 +219,7 @@ class RayStore:
     def push(self, cfg: Config, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
         # a copy: the worker's gradient buffer is overwritten by its next backward pass
         self.pushes.append((None if grad is None else grad.numpy().copy(), version, n_steps))
-        if len(self.pushes) >= self.batch:
-            self._call()
+        self.unsent += n_steps
         self.steps += n_steps
         return self.steps
 
@@ -225,11 +232,15 @@ class RayStore:
     def alive_and_asked(self, worker: Any) -> None:
         pass
 
-    def snapshot(self, worker: Any) -> None:
-        # the loop's last call: deliver what is not sent yet and wait for every call
+    def flush(self) -> None:
+        """Send what is not sent yet, without waiting (the loop is ending or failing)."""
         if self.pushes or self.finished:
             self._call()
-        ray.get(self.inflight)
+
+    def snapshot(self, worker: Any) -> None:
+        # the loop's last call: deliver what is not sent yet and wait for every call
+        self.flush()
+        ray.get([ref for ref, _ in self.inflight])
         self.inflight = []
         return None
 
@@ -237,10 +248,13 @@ class RayStore:
 class WorkerActor:
     """One actor-learner on some node of the cluster, running the shared Worker loop."""
 
-    def __init__(self, wid: int, cfg: Config, info: EnvInfo, server: Any):
+    def __init__(self, wid: int, cfg: Config, info: EnvInfo, server: str):
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
-        self.wid, self.cfg, self.info, self.server = wid, cfg, info, server
+        # The server by name, not by handle: a handle among the constructor arguments lives in
+        # the object store, and Ray warns that a restart could then fail.
+        self.wid, self.cfg, self.info = wid, cfg, info
+        self.server = ray.get_actor(server)
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -251,7 +265,12 @@ class WorkerActor:
         _current.worker_id = self.wid
         # A restarted actor starts from fresh env state: another stream of the same seed.
         store = RayStore(self.server, self.wid, self.cfg.ray_pipeline, self.cfg.ray_batch)
-        Worker(self.wid, incarnation, self.cfg, self.info, store, None).run()
+        try:
+            Worker(self.wid, incarnation, self.cfg, self.info, store, None).run()
+        except BaseException:
+            # the gradients, steps and episodes of the rollouts before the failure still count
+            store.flush()
+            raise
         return self.node()
 
 
@@ -299,7 +318,8 @@ class RayRun:
         self.cfg, self.n = cfg, n
         server_cls = ray.remote(num_cpus=0, max_restarts=0)(ParameterServer)
         # named, so that operators (and the fault tests) can find it: ray.get_actor(name)
-        self.server = server_cls.options(name=f"{SERVER_NAME}-{os.getpid()}-{id(self):x}").remote(
+        name = f"{SERVER_NAME}-{os.getpid()}-{id(self):x}"
+        self.server = server_cls.options(name=name).remote(
             cfg,
             params.numpy().copy(),
             optimizer_state,
@@ -308,7 +328,7 @@ class RayRun:
             episodes,
         )
         worker_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(WorkerActor)
-        self.workers = [worker_cls.remote(w, cfg, info, self.server) for w in range(n)]
+        self.workers = [worker_cls.remote(w, cfg, info, name) for w in range(n)]
         self.incarnation = [0] * n
         # In flight per worker: its loop ("run") or, after a death, a ping that waits until Ray
         # has restarted the actor (calls to a restarting actor fail as unavailable).
@@ -323,7 +343,7 @@ class RayRun:
         events = []
         # First the server: if it is dead this raises, and the workers' failures that follow
         # from it are not counted as worker faults.
-        stream, steps = ray.get(self.server.drain.remote())
+        stream, steps = self.drain()
         ready, _ = ray.wait(list(self.runs), timeout=timeout, num_returns=len(self.runs))
         for ref in ready:
             w, kind = self.runs.pop(ref)
@@ -347,6 +367,10 @@ class RayRun:
             else:
                 self.nodes.add(node)
         return stream, steps, events
+
+    def drain(self) -> tuple[list, int]:
+        """The episodes the server received since the last drain, and the global step."""
+        return ray.get(self.server.drain.remote())
 
     def fault(self, w: int, what: str, events: list[str]) -> None:
         self.restarts += 1
