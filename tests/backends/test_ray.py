@@ -90,7 +90,9 @@ def test_a3c_on_a_two_node_cluster_reaches_475(cluster, run_dir):
         address=cluster.address,
         workers=2,
         seed=0,
-        steps=1_000_000,
+        # generous: Ray's timing is not reproducible, and one CI run with --ray-pipeline 1
+        # (twice the staleness) collapsed from 212 and was still at 152 after 1M steps
+        steps=2_000_000,
         run_dir=str(run_dir),
         progress=False,
     )
@@ -189,7 +191,10 @@ class _FakeServer:
         self.stop_from_call = stop_from_call
         self.push_pull = self
 
-    def remote(self, pushes, finished, worker, want_target):
+    def remote(self, grads, meta, finished, worker, want_target):
+        pushes = [
+            (None if grads is None else grads[i].copy(), v, n) for i, (_, v, n) in enumerate(meta)
+        ]
         self.args.append((pushes, finished))
         for ref in self.calls:
             ref.ready = True

@@ -8,11 +8,11 @@
 
 Parameters and gradients travel as flat contiguous float32 arrays, never as dicts of small
 tensors. A Ray call costs about a millisecond of CPU, so a worker sends the gradients of
-``--ray-batch`` rollouts in one call, ``push_pull``, and (``--ray-pipeline 1``) goes on collecting
-while the call is in flight; see :class:`RayStore`. The server is a plain (serial) actor: it
-applies a call's gradients one optimizer step each and answers with the current parameters, so
-a call holds up the next for ``ray_batch`` optimizer steps. Workers never wait for each other,
-only for the server.
+``--ray-batch`` rollouts in one call, ``push_pull``, and with ``--ray-pipeline 1`` goes on
+collecting while the call is in flight; see :class:`RayStore`. The server is a plain (serial)
+actor: it applies a call's gradients one optimizer step each and answers with the current
+parameters, so a call holds up the next for ``ray_batch`` optimizer steps. Workers never wait
+for each other, only for the server.
 
 Every pushed gradient carries the parameter version it was computed from; the server records
 the lag (versions behind) and, with ``--max-staleness K``, drops gradients more than K versions
@@ -114,11 +114,14 @@ class ParameterServer:
         self.version += 1
         return self.steps
 
-    def push_pull(self, pushes: list, finished: list, worker: int, want_target: bool) -> tuple:
-        """A worker's one call per ``--ray-batch`` rollouts: their gradients, each applied as
+    def push_pull(
+        self, grads: np.ndarray, meta: list, finished: list, worker: int, want_target: bool
+    ) -> tuple:
+        """A worker's one call per ``--ray-batch`` rollouts: their gradients (rows of one
+        contiguous array; ``meta`` holds (finite, version, env steps) per row), each applied as
         an update of its own, and the episodes finished in, the current parameters out."""
-        for grad, version, n_steps in pushes:
-            self.push(grad, version, n_steps, worker)
+        for row, (finite, version, n_steps) in enumerate(meta):
+            self.push(grads[row] if finite else None, version, n_steps, worker)
         if finished:
             self.report(worker, finished)
         return self.pull(want_target)
@@ -162,7 +165,7 @@ class RayStore:
     * with ``pipeline`` = 1 the call is sent as soon as the batch is full and the worker goes
       on collecting with the parameters it has; it takes the reply when it sends its next call:
       the round trip overlaps the worker's own work instead of idling it. ``pipeline`` = 0
-      waits for each reply.
+      (the default) waits for each reply: about 5% less throughput here, half the staleness.
 
     Both add staleness, which the server measures per gradient (``lags`` in the summary). The
     worker's view of the global step is the server's count in the last reply plus its own
@@ -173,7 +176,8 @@ class RayStore:
         self.server, self.wid, self.pipeline, self.batch = server, wid, pipeline, batch
         self.steps, self.stop, self.version = 0, False, -1
         self.inflight: list[tuple[Any, int]] = []  # (ref, env steps it carries), oldest first
-        self.pushes: list[tuple] = []  # gradients not sent yet
+        self.grads: np.ndarray | None = None  # (batch, n) rows of gradients not sent yet
+        self.pushes: list[tuple] = []  # (finite, version, env steps) of each row
         self.unsent = 0  # env steps of those
         self.finished: list = []
         self.wants_target = False
@@ -190,7 +194,10 @@ class RayStore:
     def _call(self) -> None:
         pushes, self.pushes = self.pushes, []
         finished, self.finished = self.finished, []
-        call = self.server.push_pull.remote(pushes, finished, self.wid, self.wants_target)
+        # One contiguous array for the batch: Ray copies it when the call is made (one buffer
+        # to serialize rather than one per gradient), so the rows are free again after this.
+        grads = None if self.grads is None else self.grads[: len(pushes)]
+        call = self.server.push_pull.remote(grads, pushes, finished, self.wid, self.wants_target)
         self.inflight.append((call, self.unsent))
         self.unsent = 0
 
@@ -217,8 +224,11 @@ class RayStore:
         return self.version
 
     def push(self, cfg: Config, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
-        # a copy: the worker's gradient buffer is overwritten by its next backward pass
-        self.pushes.append((None if grad is None else grad.numpy().copy(), version, n_steps))
+        if self.grads is None and grad is not None:
+            self.grads = np.empty((self.batch, grad.numel()), np.float32)
+        if grad is not None:  # a copy: the gradient buffer is overwritten by the next backward
+            self.grads[len(self.pushes)] = grad.numpy()
+        self.pushes.append((grad is not None, version, n_steps))
         self.unsent += n_steps
         self.steps += n_steps
         return self.steps
