@@ -9,6 +9,7 @@ state (from 20% of the budget to the end, read from `episodes.csv`). Writes a ba
 Ray must only talk over loopback on this machine; run it as the test command does:
 
     scripts/loopback python benchmarks/throughput.py --seeds 3 --plot docs/throughput.png
+    scripts/loopback python benchmarks/throughput.py --backends ray --workers 2 -- --ray-batch 4
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def main() -> None:
     p.add_argument("--backends", nargs="+", default=["threads", "processes", "ray"])
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2])
     p.add_argument("--plot", type=Path, default=None, help="write a bar chart here (PNG)")
+    p.add_argument("extra", nargs="*", help="more arguments for `asyncrl train` (after --)")
     args = p.parse_args()
 
     cells = [(b, w) for b in args.backends for w in args.workers]
@@ -40,7 +42,7 @@ def main() -> None:
         for seed in range(args.seeds):
             for b, w in cells:  # interleaved: drift in the machine's speed hits every cell alike
                 extra = ["--backend", b, "--workers", str(w), "--steps", str(args.steps)]
-                s = run_train(seed, [*extra, "--target-return", "1e9"], Path(tmp))
+                s = run_train(seed, [*extra, "--target-return", "1e9", *args.extra], Path(tmp))
                 phase[(b, w)].append(s["steps_per_second"])
                 steady[(b, w)].append(
                     steady_rate(Path(s["run_dir"]) / "episodes.csv", s["total_steps"])
