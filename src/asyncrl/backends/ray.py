@@ -178,7 +178,6 @@ class RayStore:
         self.inflight: list[tuple[Any, int]] = []  # (ref, env steps it carries), oldest first
         self.grads: np.ndarray | None = None  # (batch, n) rows of gradients not sent yet
         self.pushes: list[tuple] = []  # (finite, version, env steps) of each row
-        self.unsent = 0  # env steps of those
         self.finished: list = []
         self.wants_target = False
 
@@ -198,8 +197,7 @@ class RayStore:
         # to serialize rather than one per gradient), so the rows are free again after this.
         grads = None if self.grads is None else self.grads[: len(pushes)]
         call = self.server.push_pull.remote(grads, pushes, finished, self.wid, self.wants_target)
-        self.inflight.append((call, self.unsent))
-        self.unsent = 0
+        self.inflight.append((call, sum(n for *_, n in pushes)))
 
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
         self.wants_target = target_local is not None
@@ -216,7 +214,8 @@ class RayStore:
         if reply is None:
             return self.version
         self.version, params, target, server_steps, self.stop = reply
-        self.steps = server_steps + sum(n for _, n in self.inflight) + self.unsent
+        unsent = sum(n for *_, n in self.pushes)
+        self.steps = server_steps + sum(n for _, n in self.inflight) + unsent
         # Ray hands back read-only arrays: copy them into our tensors' memory.
         local.numpy()[:] = params
         if target_local is not None:
@@ -229,7 +228,6 @@ class RayStore:
         if grad is not None:  # a copy: the gradient buffer is overwritten by the next backward
             self.grads[len(self.pushes)] = grad.numpy()
         self.pushes.append((grad is not None, version, n_steps))
-        self.unsent += n_steps
         self.steps += n_steps
         return self.steps
 
