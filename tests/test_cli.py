@@ -65,8 +65,27 @@ def test_train_writes_a_complete_run_directory(run_dir, capsys):
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
     assert "mean return" in capsys.readouterr().out
     assert main(["plot", str(run_dir)]) == 0
-    png = run_dir / "learning_curve.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("learning_curve.png", "metrics.png"):
+        assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_metrics_csv_holds_the_learners_diagnostics(run_dir):
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows, "at least the final row"
+    expected = {"global_step", "wall_seconds", "loss_policy_loss", "loss_value_loss"}
+    expected |= {"loss_entropy", "train_grad_norm", "train_clip_fraction", "train_learning_rate"}
+    assert set(rows[0]) == expected
+    last = rows[-1]
+    assert 0 < float(last["loss_entropy"]) <= 0.6932  # two actions: at most log 2
+    assert 0 <= float(last["train_clip_fraction"]) <= 1
+    assert float(last["train_learning_rate"]) < 3e-3  # annealed from the default 3e-3
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    assert {"loss/entropy", "train/grad_norm", "train/learning_rate"} <= set(acc.Tags()["scalars"])
 
 
 def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
@@ -84,8 +103,13 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
     [
         (["--env", "NoSuchEnv-v0"], "unknown environment id"),
         (["--env", "CartPol-v1"], "did you mean CartPole-v1"),
-        (["--env", "Pendulum-v1"], "Box action space, but a3c needs a Discrete one"),
         (["--env", "Pendulum-v1", "--algo", "nstep-q"], "nstep-q needs a Discrete one"),
+        (["--env", "Pendulum-v1", "--algo", "onestep-q"], "use --algo a3c"),
+        (["--algo", "onestep-q", "--missing", "zero"], "--missing: onestep-q bootstraps"),
+        (["--algo", "onestep-sarsa", "--missing", "zero"], "drop --missing zero"),
+        (["--algo", "onestep-q", "--n-step", "3"], "--n-step: onestep-q has no n-step"),
+        (["--gae-lambda", "0.95", "--n-step", "3"], "--n-step: GAE has no n-step horizon"),
+        (["--net", "resnet"], "invalid choice"),
         (["--eps-probs", "0.5", "0.6", "0.1"], "--eps-probs: give one probability"),
         (["--target-update", "0"], "--target-update: must be >= 1"),
         (["--workers", "0"], "--workers: must be >= 1"),

@@ -1,11 +1,21 @@
+import numpy as np
 import pytest
 import torch
 
-from asyncrl.models import ActorCritic, ModelSpec, QNetwork, build_model, flatten_parameters
+from asyncrl.envs import ActionSpace
+from asyncrl.models import (
+    ActorCritic,
+    ModelSpec,
+    QNetwork,
+    build_model,
+    flat_grad,
+    flatten_parameters,
+)
+from tests.oracles import mlp_spec
 
 
 def test_flat_parameters_are_views():
-    model = ActorCritic(ModelSpec("actor-critic", 4, 2))
+    model = ActorCritic(mlp_spec("actor-critic", 4, 2))
     flat = flatten_parameters(model)
     flat.zero_()
     assert all(float(p.detach().abs().sum()) == 0.0 for p in model.parameters())
@@ -15,7 +25,7 @@ def test_flat_parameters_are_views():
 
 
 def test_flatten_into_a_given_vector_checks_the_size():
-    model = ActorCritic(ModelSpec("actor-critic", 4, 2))
+    model = ActorCritic(mlp_spec("actor-critic", 4, 2))
     n = sum(p.numel() for p in model.parameters())
     with pytest.raises(ValueError, match="elements"):
         flatten_parameters(model, torch.zeros(n + 1))
@@ -23,17 +33,91 @@ def test_flatten_into_a_given_vector_checks_the_size():
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_shared_or_separate_trunk(shared):
-    model = ActorCritic(ModelSpec("actor-critic", 4, 3, hidden=(16, 16), shared_trunk=shared))
+    model = ActorCritic(mlp_spec("actor-critic", 4, 3, hidden=(16, 16), shared_trunk=shared))
     logits, v = model(torch.randn(5, 4))
     assert logits.shape == (5, 3) and v.shape == (5,)
     v.sum().backward()
-    policy_trunk_grad = model.pi_body[0].weight.grad
+    policy_trunk_grad = model.pi_body.layers[0].weight.grad
     # with a shared trunk the value loss trains the policy's hidden layers; separate: it cannot
     assert (policy_trunk_grad is not None) == shared
 
 
 def test_q_network_and_build():
-    spec = ModelSpec("q", 4, 2)
+    spec = mlp_spec("q", 4, 2)
     assert isinstance(build_model(spec), QNetwork)
     assert build_model(spec)(torch.zeros(3, 4)).shape == (3, 2)
     assert ModelSpec.from_dict(spec.to_dict()) == spec
+
+
+IMAGE = ModelSpec("actor-critic", (4, 84, 84), ActionSpace("discrete", 6), obs_dtype="uint8")
+BOX = ActionSpace("box", shape=(3,), low=(-1.0,) * 3, high=(1.0,) * 3)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        mlp_spec("actor-critic", 4, 2),
+        mlp_spec("q", 4, 2, hidden=(8,)),
+        ModelSpec("actor-critic", (3,), BOX, hidden=(8,), shared_trunk=False),
+        ModelSpec("actor-critic", (4, 84, 84), ActionSpace("discrete", 6), encoder="a3c"),
+        ModelSpec("q", (4, 84, 84), ActionSpace("discrete", 6), encoder="nature"),
+        ModelSpec(
+            "actor-critic",
+            (10, 10, 4),
+            ActionSpace("discrete", 3),
+            encoder="minatar",
+            channels_last=True,
+        ),
+    ],
+    ids=["mlp", "q-mlp", "gaussian", "a3c-conv", "nature-q", "minatar"],
+)
+def test_every_parameter_lives_in_the_flat_vector(spec):
+    # a pull, a push and a checkpoint move the flat vector only: a parameter outside it would
+    # silently never be shared
+    model = build_model(spec)
+    flat = flatten_parameters(model)
+    base, end = flat.data_ptr(), flat.data_ptr() + flat.numel() * flat.element_size()
+    for name, p in model.named_parameters():
+        assert base <= p.data_ptr() < end, name
+    assert sum(p.numel() for p in model.parameters()) == flat.numel()
+    assert ModelSpec.from_dict(spec.to_dict()) == spec
+    obs = torch.zeros(2, *spec.obs_shape, dtype=getattr(torch, spec.obs_dtype))
+    out = model(obs)
+    (out[0] if isinstance(out, tuple) else out).sum().backward()
+    assert flat_grad(model).shape == flat.shape
+
+
+def test_paper_network_shapes_and_parameter_count():
+    # conv 16 8x8/4 -> (16, 20, 20), conv 32 4x4/2 -> (32, 9, 9), fc 256, heads 6 + 1
+    model = build_model(dataclass_replace(IMAGE, encoder="a3c", shared_trunk=True))
+    expected = (4 * 16 * 64 + 16) + (16 * 32 * 16 + 32) + (32 * 81 * 256 + 256) + (256 * 6 + 6)
+    expected += 256 + 1
+    assert sum(p.numel() for p in model.parameters()) == expected
+    nature = build_model(dataclass_replace(IMAGE, kind="q", encoder="nature"))
+    # conv 32 8x8/4 -> 20, 64 4x4/2 -> 9, 64 3x3/1 -> 7; fc 512; 6 Q values
+    n = (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64) + (64 * 49 * 512 + 512)
+    assert sum(p.numel() for p in nature.parameters()) == n + 512 * 6 + 6
+
+
+def test_uint8_pixels_are_scaled_inside_the_network():
+    model = build_model(dataclass_replace(IMAGE, encoder="a3c"))
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    a, _ = model(x)
+    b, _ = model(x.float() / 255.0)
+    torch.testing.assert_close(a, b)
+
+
+def test_gaussian_head_gives_mean_and_state_independent_log_std():
+    model = build_model(ModelSpec("actor-critic", (3,), BOX, hidden=(8,)))
+    params, v = model(torch.randn(5, 3))
+    assert params.shape == (5, 6) and v.shape == (5,)
+    dist = model.distribution(params)
+    torch.testing.assert_close(dist.std, torch.ones(5, 3))  # log-std starts at 0
+    a = dist.sample(np.random.default_rng(0))
+    assert a.shape == (5, 3) and a.dtype == np.float32
+
+
+def dataclass_replace(spec, **kw):
+    import dataclasses
+
+    return dataclasses.replace(spec, **kw)

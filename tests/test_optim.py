@@ -6,14 +6,14 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from asyncrl.models import ActorCritic, ModelSpec, flat_grad, flatten_parameters
+from asyncrl.models import ActorCritic, flat_grad, flatten_parameters
 from asyncrl.optim import (
-    GradientAccumulator,
     SharedAdam,
     SharedRMSprop,
     clip_grad_norm_,
     linear_lr,
 )
+from tests.oracles import GradientAccumulator, mlp_spec
 
 
 def test_shared_rmsprop_matches_the_paper_rule_with_eps_inside_the_sqrt():
@@ -94,7 +94,7 @@ def test_clip_grad_norm():
 
 def _model():
     torch.manual_seed(0)
-    return ActorCritic(ModelSpec("actor-critic", obs_dim=3, n_actions=2, hidden=(8,)))
+    return ActorCritic(mlp_spec("actor-critic", 3, 2, hidden=(8,)))
 
 
 def test_sum_of_per_step_gradients_equals_the_batched_gradient():

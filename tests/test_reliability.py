@@ -12,9 +12,10 @@ import torch
 
 import asyncrl
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
-from asyncrl.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from asyncrl.checkpoint import load_checkpoint
 from asyncrl.cli import main
-from asyncrl.trainer import Interrupted, TrainingError
+from asyncrl.errors import Interrupted, TrainingError
+from asyncrl.rundir import RunDir
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +61,7 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
         asyncrl.train(**cfg, run_dir=str(tmp_path / "b"))
     stopped_at = info.value.step
     assert 0 < stopped_at < cfg["steps"]
-    assert load_checkpoint(tmp_path / "b")["counters"][0].sum() == stopped_at
+    assert load_checkpoint(tmp_path / "b")["glob"].steps == stopped_at
     rows_before = (tmp_path / "b" / "episodes.csv").read_text().splitlines()
     summary = asyncrl.train(resume=tmp_path / "b")
     assert summary["resumed"] and summary["total_steps"] >= cfg["steps"]
@@ -108,13 +109,13 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
         "2",
         "--no-progress",
     )
-    wait_for(run_dir / CHECKPOINT_FILE, proc)
+    wait_for(RunDir(run_dir).checkpoint, proc)
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert f"asyncrl train --resume {run_dir}" in err
     ckpt = load_checkpoint(run_dir)
-    steps_at_stop = int(ckpt["counters"][0].sum())
+    steps_at_stop = int(ckpt["glob"].steps)
     episodes_at_stop = ckpt["monitor"]["episodes"]
     assert steps_at_stop > 0 and episodes_at_stop > 0
 
@@ -142,17 +143,15 @@ def test_kill_9_of_the_main_process_loses_at_most_one_interval(tmp_path):
         "2",
         "--no-progress",
     )
-    wait_for(run_dir / CHECKPOINT_FILE, proc)
-    first = load_checkpoint(run_dir)["counters"][0].sum()
+    wait_for(RunDir(run_dir).checkpoint, proc)
+    first = load_checkpoint(run_dir)["glob"].steps
     proc.kill()
     proc.communicate()
     # the orphaned workers notice their parent is gone and exit
     ckpt = load_checkpoint(run_dir)
-    assert ckpt["counters"][0].sum() >= first
-    summary = asyncrl.train(
-        resume=run_dir, steps=int(ckpt["counters"][0].sum()) + 10_000, progress=False
-    )
-    assert summary["total_steps"] >= int(ckpt["counters"][0].sum()) + 10_000
+    assert ckpt["glob"].steps >= first
+    summary = asyncrl.train(resume=run_dir, steps=int(ckpt["glob"].steps) + 10_000, progress=False)
+    assert summary["total_steps"] >= int(ckpt["glob"].steps) + 10_000
 
 
 @pytest.mark.slow
@@ -231,7 +230,7 @@ def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(run_dir, mo
         )
     assert "last good checkpoint is kept" in str(info.value)
     ckpt = load_checkpoint(run_dir)
-    assert torch.isfinite(torch.from_numpy(ckpt["params"])).all()
+    assert torch.isfinite(torch.from_numpy(ckpt["glob"].params)).all()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["nonfinite_updates"] == 5
     final = params_of(run_dir)
@@ -263,7 +262,7 @@ def finished_run(tmp_path_factory):
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "corrupt", "model-shape"])
 def test_resume_rejects_a_bad_checkpoint_and_changes_nothing(damage, finished_run, capsys):
-    ckpt = finished_run / CHECKPOINT_FILE
+    ckpt = RunDir(finished_run).checkpoint
     if damage == "missing":
         ckpt.unlink()
     elif damage == "truncated":

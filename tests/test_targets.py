@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.targets import gae_advantages, nstep_returns, nstep_targets
+from asyncrl.targets import gae_advantages, nstep_returns
+from tests.oracles import nstep_targets
 
 G = 0.5
 R = np.array([1.0, 2.0, 4.0, 8.0], np.float32)  # T = 4

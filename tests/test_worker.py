@@ -12,22 +12,22 @@ from asyncrl import algos
 from asyncrl.algos.a3c import A3C
 from asyncrl.config import Config
 from asyncrl.envs import probe_env
+from asyncrl.messages import Done, Episodes, Failed, NonFinite
 from asyncrl.models import build_model, flatten_parameters
 from asyncrl.optim import SharedRMSprop
-from asyncrl.worker import SharedState, run_worker
+from asyncrl.state import EPISODES, NONFINITE, GlobalState
+from asyncrl.worker import SharedMemory, run_worker
 
 
-def make_shared(params, target=None, workers=1):
-    return SharedState(
+def make_shared(params, target=None, workers=1, optimizer=None):
+    state = GlobalState(
         params=params,
-        optimizer=SharedRMSprop(params, 1e-3),
+        optimizer=optimizer or SharedRMSprop(params, 1e-3),
         target_params=target,
+        target_period=torch.zeros(1, dtype=torch.int64),
         counters=torch.zeros((3, workers), dtype=torch.int64),
-        heartbeat=torch.zeros(workers, dtype=torch.float64),
-        incarnation=torch.zeros(workers, dtype=torch.int64),
-        checkpoint_request=torch.zeros(1, dtype=torch.int64),
-        stop_flag=torch.zeros(1, dtype=torch.int64),
     )
+    return SharedMemory.create(state, workers)
 
 
 class Outbox(list):
@@ -70,10 +70,10 @@ def test_truncated_episode_bootstraps_from_its_final_observation(monkeypatch):
     np.testing.assert_array_equal(ro["terminated"][:, 0], [False] * 4)
     np.testing.assert_array_equal(ro["valid"][:, 0], [True, True, True, False])
     np.testing.assert_array_equal(ro["rewards"][:, 0], [1, 1, 1, 0])
-    assert msgs[0][:3] == ("episodes", 0, [(3.0, 3)])
-    assert msgs[-1][:3] == ("done", 0, 0)
-    assert shared.global_steps() == 6  # valid steps only
-    assert int(shared.counters[1].sum()) == 2  # episodes
+    assert isinstance(msgs[0], Episodes) and msgs[0].episodes == [(3.0, 3)]
+    assert isinstance(msgs[-1], Done) and (msgs[-1].worker, msgs[-1].incarnation) == (0, 0)
+    assert shared.state.steps() == 6  # valid steps only
+    assert shared.state.episodes() == 2
 
 
 def test_terminated_episode_is_flagged(monkeypatch):
@@ -97,10 +97,10 @@ def test_worker_error_is_reported_not_swallowed(monkeypatch):
     before = params.clone()
     outbox = Outbox()
     run_worker(3, 0, cfg, info, shared, None, outbox)
-    kind, worker, _inc, severity, text, tb = outbox[0]
-    assert (kind, worker, severity) == ("error", 3, "error")
-    assert "FloatingPointError: boom" in text and "Traceback" in tb
-    assert outbox[1] == ("done", 3, 0, None)
+    failed = outbox[0]
+    assert isinstance(failed, Failed) and failed.worker == 3 and not failed.diverged
+    assert "FloatingPointError: boom" in failed.text and "Traceback" in failed.traceback
+    assert outbox[1] == Done(3, 0, None)
     assert torch.equal(params, before)
 
 
@@ -121,7 +121,8 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
         seen: typing.ClassVar[list] = []
 
         def loss(self, model, rollout, target_model=None):
-            RecordingSarsa.seen.append({k: v.copy() for k, v in vars(rollout).items()})
+            seen = {k: v.copy() for k, v in vars(rollout).items()}
+            RecordingSarsa.seen.append({**seen, "pending": self.pending.copy()})
             return super().loss(model, rollout, target_model)
 
     monkeypatch.setitem(algos.REGISTRY, "onestep-sarsa", RecordingSarsa)
@@ -143,7 +144,7 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
     seen = RecordingSarsa.seen
     assert len(seen) > 10
     for prev, nxt in itertools.pairwise(seen):
-        np.testing.assert_array_equal(nxt["actions"][0], prev["next_actions"])
+        np.testing.assert_array_equal(nxt["actions"][0], prev["pending"])
     # one-step methods update at an episode end: some rollouts were cut short
     assert any(len(r["rewards"]) < 5 for r in seen)
     assert all(len(r["obs"]) == len(r["rewards"]) + 1 for r in seen)
@@ -163,11 +164,11 @@ def test_nonfinite_updates_are_never_applied(monkeypatch):
     before = params.clone()
     msgs = Outbox()
     run_worker(0, 0, cfg, info, shared, None, msgs)
-    assert [m[0] for m in msgs if m[0] == "nonfinite"] == ["nonfinite"] * 3
-    error = next(m for m in msgs if m[0] == "error")
-    assert error[3] == "fatal" and "3 non-finite updates in a row" in error[4]
+    assert sum(isinstance(m, NonFinite) for m in msgs) == 3
+    error = next(m for m in msgs if isinstance(m, Failed))
+    assert error.diverged and "3 non-finite updates in a row" in error.text
     assert torch.equal(params, before)
-    assert int(shared.counters[2].sum()) == 3
+    assert int(shared.state.counters[NONFINITE].sum()) == 3
 
 
 def test_a_finished_worker_leaves_a_snapshot_of_its_state():
@@ -177,8 +178,67 @@ def test_a_finished_worker_leaves_a_snapshot_of_its_state():
     shared, outbox = make_shared(params), Outbox()
     run_worker(0, 0, cfg, info, shared, None, outbox)
     done = outbox[-1]
-    snap = done[3]
-    assert done[:3] == ("done", 0, 0)
-    np.testing.assert_array_equal(snap["params"], params.numpy())
-    assert snap["counters"][0].sum() == shared.global_steps()
-    assert snap["worker"]["envs"] is not None and "square_avg" in snap["optimizer"]
+    assert isinstance(done, Done) and (done.worker, done.incarnation) == (0, 0)
+    snap = done.snapshot
+    np.testing.assert_array_equal(snap.glob.params, params.numpy())
+    assert snap.glob.steps == shared.state.steps()
+    assert snap.worker["envs"] is not None and "square_avg" in snap.glob.optimizer
+
+
+def test_workers_report_their_learner_statistics():
+    cfg = Config(steps=2_000, t_max=4, envs_per_worker=2, hidden=(4,))
+    info = probe_env(cfg.env, "a3c")
+    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    shared, outbox = make_shared(params), Outbox()
+    run_worker(0, 0, cfg, info, shared, None, outbox)
+    sums = {}
+    for m in outbox:
+        if isinstance(m, Episodes):
+            for k, (s, n) in m.stats.items():
+                sums[k] = (sums.get(k, (0, 0))[0] + s, sums.get(k, (0, 0))[1] + n)
+    names = {"loss/policy_loss", "loss/value_loss", "loss/entropy"}
+    assert set(sums) == names | {"train/grad_norm", "train/clip_fraction"}
+    updates = sums["loss/entropy"][1]
+    assert updates == 2_000 // 8 + (2_000 % 8 > 0) or updates > 200  # one per rollout
+    assert 0 < sums["loss/entropy"][0] / updates <= np.log(2) + 1e-6  # entropy of 2 actions
+
+
+class CountingRMSprop(SharedRMSprop):
+    steps = 0
+
+    def step(self, grad, lr=None):
+        CountingRMSprop.steps += 1
+        super().step(grad, lr)
+
+
+def test_a_rollout_with_no_valid_transition_makes_no_update(monkeypatch):
+    # one env, one-step rollouts: the rollout right after each episode end holds only the
+    # masked reset step; it must not reach the optimizer (RMSProp would decay its statistics)
+    cfg = Config(env="asyncrl-test/Counter-v0", steps=12, t_max=1, envs_per_worker=1, hidden=(4,))
+    info = probe_env(cfg.env, "a3c")
+    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    CountingRMSprop.steps = 0
+    shared = make_shared(params, optimizer=CountingRMSprop(params, 1e-3))
+    run_worker(0, 0, cfg, info, shared, None, Outbox())
+    # 12 valid steps (4 episodes of 3) and 4 reset steps: 16 rollouts, 12 updates
+    assert shared.state.steps() == 12
+    assert CountingRMSprop.steps == 12
+    assert int(shared.state.counters[EPISODES].sum()) == 4
+
+
+def test_every_worker_and_env_plays_its_own_stream():
+    # copy i of worker w and copy i-1 of worker w+1 used to share a seed (Acrobot: 8 identical
+    # pairs of episodes among 3 workers x 4 envs)
+    from asyncrl.envs import env_seeds, make_vec_env, reset_vec_env
+
+    firsts = []
+    for w in range(3):
+        _, seeds = env_seeds(0, w, 0, 4)
+        env = make_vec_env("Acrobot-v1", 4)
+        obs = reset_vec_env(env, seeds)
+        firsts.extend(map(tuple, np.round(obs, 6)))
+        env.close()
+    assert len(set(firsts)) == 12
+    all_seeds = [s for w in range(3) for inc in range(2) for s in env_seeds(0, w, inc, 4)[1]]
+    assert len(set(all_seeds)) == len(all_seeds)
+    assert env_seeds(0, 1, 0, 4) == env_seeds(0, 1, 0, 4)  # a function of the seed

@@ -1,6 +1,7 @@
 """Checkpoints: complete or absent, never half-written (the Dopamine checkpointer's rule).
 
-A checkpoint is one file, ``RUN_DIR/checkpoint.ckpt``: a header (magic, format version, payload
+A checkpoint is one file, ``RUN_DIR/checkpoint.ckpt`` (see :class:`asyncrl.rundir.RunDir`): a
+header (magic, format version, payload
 length, SHA-256 of the payload) and a pickled payload of plain Python and numpy objects. It is
 written to a temporary file, flushed to disk, and renamed over the previous one, so a crash at
 any moment leaves either the old checkpoint or the new one. Loading checks the header, the
@@ -17,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.errors import UserError
+from asyncrl.rundir import RunDir
 
-CHECKPOINT_FILE = "checkpoint.ckpt"
 MAGIC = b"ASYNCRL-CKPT"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: typed global snapshot, algorithm-owned worker state
 _HEADER = struct.Struct(f"<{len(MAGIC)}sIQ32s")  # magic, version, payload length, sha256
 
 
@@ -28,8 +29,8 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> Path:
     """Write ``payload`` atomically to ``run_dir/checkpoint.ckpt``; return the path."""
     data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(data), hashlib.sha256(data).digest())
-    path = run_dir / CHECKPOINT_FILE
-    tmp = run_dir / (CHECKPOINT_FILE + ".tmp")
+    path = RunDir(run_dir).checkpoint
+    tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(header)
         f.write(data)
@@ -41,12 +42,12 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> Path:
 
 def load_checkpoint(run_dir: Path) -> dict[str, Any]:
     """Read and verify the checkpoint of ``run_dir``; a clear :class:`UserError` otherwise."""
-    path = Path(run_dir) / CHECKPOINT_FILE
+    path = RunDir(Path(run_dir)).checkpoint
     if not Path(run_dir).is_dir():
         raise UserError(f"--resume: run directory {run_dir} does not exist")
     if not path.is_file():
         raise UserError(
-            f"--resume: {run_dir} has no {CHECKPOINT_FILE} (the run ended or was killed before "
+            f"--resume: {run_dir} has no {path.name} (the run ended or was killed before "
             "its first checkpoint); start a new run instead"
         )
     blob = path.read_bytes()

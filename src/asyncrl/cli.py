@@ -10,8 +10,7 @@ import typing
 from typing import Any, NoReturn
 
 from asyncrl.config import PRESETS, Config, field_docs, preset
-from asyncrl.errors import UserError
-from asyncrl.trainer import Interrupted, TrainingError
+from asyncrl.errors import Interrupted, TrainingError, UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--stochastic",
         action="store_true",
-        help="A3C: sample actions instead of taking the most likely one",
+        help="A3C: sample actions (seeded by --seed) instead of taking the most likely one",
     )
     _debug(e)
 
@@ -138,7 +137,10 @@ def _plot(ns: argparse.Namespace) -> int:
 
     if ns.window < 1:
         raise UserError(f"--window: must be >= 1, got {ns.window}")
-    print(plot_run(ns.run_dir, ns.out, ns.window))
+    path = plot_run(ns.run_dir, ns.out, ns.window)
+    print(path)
+    if path.with_name("metrics.png").is_file():
+        print(path.with_name("metrics.png"))
     return 0
 
 

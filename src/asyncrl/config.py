@@ -81,9 +81,12 @@ class Config:
     """clip each update's gradient to this global norm; 0 disables (paper: 40)"""
     hidden: tuple[int, ...] | None = None
     """hidden layer sizes of the MLP (default: 64 64 for A3C, 128 128 for the Q methods)"""
-    shared_trunk: bool = False
-    """A3C: actor and critic share the hidden layers (the paper: --shared-trunk) or are
-    separate networks"""
+    shared_trunk: bool | None = None
+    """A3C: actor and critic share the encoder (the paper) or are separate networks (default:
+    shared for images, separate for vectors)"""
+    net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
+    """encoder: mlp for vectors; for images the A3C paper's conv net (a3c), the Nature DQN net
+    (nature) or MinAtar's small one (minatar); auto picks from the observation space"""
     target_update: int = 2_000
     """Q methods: copy the global parameters to the shared target network theta^- every this
     many global steps (paper: 40,000 frames)"""
@@ -152,7 +155,7 @@ class Config:
             if not ok:
                 raise UserError(f"--{flag}: {what}")
 
-        for name in ("algo", "backend", "missing", "lr_schedule", "optimizer"):
+        for name in ("algo", "backend", "missing", "lr_schedule", "optimizer", "net"):
             choices = literal_choices(name)
             value = getattr(self, name)
             need(
@@ -198,6 +201,21 @@ class Config:
             self.gae_lambda is None or self.missing == "bootstrap",
             "gae-lambda",
             "GAE always bootstraps; drop --missing zero or --gae-lambda",
+        )
+        one_step = self.algo in ("onestep-q", "onestep-sarsa")
+        need(
+            not (one_step and self.missing == "zero"),
+            "missing",
+            f"{self.algo} bootstraps every transition from the next state; 'zero' would drop "
+            "the bootstrap of each rollout's last transition (learning from r alone there): "
+            "drop --missing zero",
+        )
+        need(
+            self.n_step is None or not (one_step or self.gae_lambda is not None),
+            "n-step",
+            f"{'GAE' if self.gae_lambda is not None else self.algo} has no n-step horizon "
+            f"({'lambda sets it' if self.gae_lambda is not None else 'it is one step'}); "
+            "drop --n-step",
         )
         need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")

@@ -1,13 +1,17 @@
-"""Environment construction and space checks.
+"""Environment construction, space checks and seeds.
 
 Workers step a Gymnasium *vector* env (several copies of the env in one batched forward pass).
-Where the env ships a natively vectorized implementation (CartPole does), it is used: one numpy
-step for the whole batch instead of a Python loop over envs.
+Where the env ships a natively vectorized implementation (CartPole does, and ale-py's Atari
+games do, in C++), it is used: one step for the whole batch instead of a Python loop over envs.
 
 Gymnasium 1.x vector envs autoreset in *next-step* mode: the step that ends an episode returns
 the final observation, and the following step resets that env (its action is ignored, its reward
 is 0). The worker therefore sees the final observation as the next row of the rollout -- which is
 exactly what a truncated episode must bootstrap from -- and masks out the reset step.
+
+The spaces drive the data: :class:`EnvInfo` carries the observation shape and dtype and the
+action space, and the rollout buffer, the network's encoder and the action distribution are
+built from them (uint8 images stay uint8 until the network divides them by 255).
 """
 
 from __future__ import annotations
@@ -16,17 +20,49 @@ import difflib
 import importlib
 import pickle
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 
 from asyncrl.errors import UserError
 
-# Said in the error for a continuous action space: which algorithms could take it.
-DISCRETE_ONLY = (
-    "no asyncrl algorithm supports other action spaces yet "
-    "(a3c, nstep-q, onestep-q and onestep-sarsa all need Discrete actions)"
-)
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """The action space as plain data (it travels to worker processes, Ray actors and
+    checkpoints): ``discrete`` with ``n`` actions, or ``box`` with ``shape`` and bounds."""
+
+    kind: Literal["discrete", "box"]
+    n: int = 0
+    shape: tuple[int, ...] = ()
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+
+    @property
+    def dtype(self) -> type:
+        return np.int64 if self.kind == "discrete" else np.float32
+
+    @property
+    def dim(self) -> int:
+        """Outputs of the policy head: logits per action, or one mean per action dimension."""
+        return self.n if self.kind == "discrete" else int(np.prod(self.shape))
+
+    @classmethod
+    def from_gym(cls, space: gym.Space) -> ActionSpace | None:
+        if isinstance(space, gym.spaces.Discrete):
+            return cls("discrete", n=int(space.n))
+        if isinstance(space, gym.spaces.Box) and space.shape is not None:
+            return cls(
+                "box",
+                shape=tuple(space.shape),
+                low=tuple(float(x) for x in np.ravel(space.low)),
+                high=tuple(float(x) for x in np.ravel(space.high)),
+            )
+        return None
+
+    def describe(self) -> str:
+        return "Discrete" if self.kind == "discrete" else "Box"
 
 
 @dataclass(frozen=True)
@@ -34,28 +70,71 @@ class EnvInfo:
     """What the trainer learns from probing the env once."""
 
     env_id: str
-    obs_dim: int
     obs_shape: tuple[int, ...]
-    n_actions: int
-    reward_threshold: float | None
-    max_episode_steps: int | None
+    obs_dtype: str  # numpy dtype name: "float32", "uint8", "bool", ...
+    action: ActionSpace
+    reward_threshold: float | None = None
+    max_episode_steps: int | None = None
+    #: emulator frames per agent step (4 for Atari with action repeat 4)
+    frames_per_step: int = 1
+
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.obs_shape))
+
+    @property
+    def n_actions(self) -> int:
+        return self.action.n
 
 
 def _import_prefix(env_id: str) -> str:
     """``package.module:Env-v0`` imports the module (which registers the env) first, as
-    ``gymnasium.make`` does; every worker, on any backend or machine, does the same."""
+    ``gymnasium.make`` does; every worker, on any backend or machine, does the same. Families
+    that need a registration call (MinAtar) get it here."""
     module, sep, plain = env_id.rpartition(":")
     if sep:
         try:
             importlib.import_module(module)
         except ImportError as e:
             raise UserError(f"--env: cannot import {module!r} for {plain}: {e}") from None
+    if plain.startswith("MinAtar/"):
+        try:
+            import minatar.gym
+        except ImportError:
+            raise UserError(
+                f"--env: {plain} needs MinAtar; install the extra: "
+                "pip install -c constraints.txt -e '.[minatar]'"
+            ) from None
+        if plain not in gym.registry:
+            minatar.gym.register_envs()
     return plain
 
 
-def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+def _register_atari(env_id: str) -> None:
+    """ale-py registers its games only when asked (Gymnasium 1.x); ids it could own are looked
+    up after that, so CartPole never pays for importing ale-py."""
     try:
-        return gym.spec(_import_prefix(env_id))
+        import ale_py
+    except ImportError:
+        if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+            raise UserError(
+                f"--env: {env_id} is an Atari game and needs ale-py; install the extra: "
+                "pip install -c constraints.txt -e '.[atari]'"
+            ) from None
+        return
+    gym.register_envs(ale_py)
+
+
+def is_atari(spec: gym.envs.registration.EnvSpec) -> bool:
+    return str(spec.entry_point).startswith("ale_py")
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    plain = _import_prefix(env_id)
+    if plain not in gym.registry:
+        _register_atari(plain)
+    try:
+        return gym.spec(plain)
     except gym.error.Error as e:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
         hint = (
@@ -69,10 +148,13 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
 
 
 def probe_env(env_id: str, algo: str) -> EnvInfo:
-    """Build the env once to read its spaces; reject spaces the algorithms cannot handle."""
+    """Build the env once to read its spaces; reject spaces no algorithm can handle. Whether
+    the algorithm takes the action space is the algorithm's call (``Algorithm.check``)."""
     spec = env_spec(env_id)
     try:
-        env = gym.make(spec.id)
+        env = make_eval_env(env_id, seed=0)
+    except UserError:
+        raise
     except Exception as e:  # an optional dependency of the env missing, say
         raise UserError(f"--env: cannot create {env_id!r}: {e}") from None
     try:
@@ -82,10 +164,13 @@ def probe_env(env_id: str, algo: str) -> EnvInfo:
         raise UserError(f"--env: {env_id} fails on reset: {type(e).__name__}: {e}") from None
     finally:
         env.close()
-    if not isinstance(act_space, gym.spaces.Discrete):
+    action = ActionSpace.from_gym(act_space)
+    if action is None:
         raise UserError(
-            f"--env: {env_id} has a {type(act_space).__name__} action space, but {algo} needs a "
-            f"Discrete one; {DISCRETE_ONLY} (choose a discrete-action env such as CartPole-v1)"
+            f"--env: {env_id} has a {type(act_space).__name__} action space; asyncrl takes "
+            "Discrete and Box actions (flatten others with a wrapper, e.g. "
+            "gymnasium.wrappers.FlattenObservation for observations; a MultiDiscrete action "
+            "space needs a wrapper that maps it to Discrete)"
         )
     if not isinstance(obs_space, gym.spaces.Box) or obs_space.shape is None:
         raise UserError(
@@ -93,7 +178,7 @@ def probe_env(env_id: str, algo: str) -> EnvInfo:
             "supports Box observations (wrap the env with gymnasium.wrappers.FlattenObservation)"
         )
     obs = np.asarray(obs)
-    if obs.shape != obs_space.shape or not np.can_cast(obs.dtype, np.float32, "same_kind"):
+    if obs.shape != obs_space.shape or not np.can_cast(obs.dtype, obs_space.dtype, "same_kind"):
         raise UserError(
             f"--env: {env_id} returned an observation of shape {obs.shape} and dtype {obs.dtype}"
             f", but its observation_space declares {obs_space.shape} {obs_space.dtype}; fix the "
@@ -101,17 +186,36 @@ def probe_env(env_id: str, algo: str) -> EnvInfo:
         )
     return EnvInfo(
         env_id=env_id,
-        obs_dim=int(np.prod(obs_space.shape)),
         obs_shape=tuple(obs_space.shape),
-        n_actions=int(act_space.n),
+        obs_dtype=np.dtype(obs_space.dtype).name,
+        action=action,
         reward_threshold=spec.reward_threshold,
         max_episode_steps=spec.max_episode_steps,
+        frames_per_step=4 if is_atari(spec) else 1,  # the DeepMind action repeat
     )
 
 
-def make_vec_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
+def env_seeds(seed: int, worker_id: int, incarnation: int, num_envs: int) -> tuple[int, list[int]]:
+    """The worker's own seed and one seed per env, all from ``SeedSequence(seed)``.
+
+    Every (worker, incarnation, env) gets a stream of its own: spawned sequences never collide,
+    where ``seed * k + worker + i`` arithmetic made copy i of worker w and copy i - 1 of
+    worker w + 1 play identical episodes. A restarted worker (a new incarnation) gets fresh
+    streams, still a function of the seed.
+    """
+    root = np.random.SeedSequence([seed, worker_id, incarnation])
+    worker_seq, *env_seqs = root.spawn(num_envs + 1)
+    as_int = lambda s: int(s.generate_state(1, np.uint32)[0])  # noqa: E731
+    return as_int(worker_seq), [as_int(s) for s in env_seqs]
+
+
+def make_vec_env(env_id: str, num_envs: int, seed: int = 0) -> gym.vector.VectorEnv:
     """``num_envs`` copies of the env, natively vectorized where the env offers it."""
     spec = env_spec(env_id)
+    if is_atari(spec):
+        from asyncrl.atari import make_atari_vec_env
+
+        return make_atari_vec_env(spec.id, num_envs, seed)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
     env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode)
     autoreset = env.metadata.get("autoreset_mode")
@@ -120,8 +224,20 @@ def make_vec_env(env_id: str, num_envs: int) -> gym.vector.VectorEnv:
     return env
 
 
+def reset_vec_env(env: gym.vector.VectorEnv, env_seeds: list[int]) -> Any:
+    """Reset with one seed per copy where the vector env takes a list (SyncVectorEnv); a
+    natively vectorized env with one generator for the batch gets the first seed."""
+    if isinstance(env, gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv):
+        seeds: list[int | None] = list(env_seeds)
+        obs, _ = env.reset(seed=seeds)
+    else:
+        obs, _ = env.reset(seed=env_seeds[0])
+    return obs
+
+
 def dump_vec_env(env: gym.vector.VectorEnv) -> bytes | None:
-    """The vector env's whole state as bytes for a checkpoint, or None if it cannot be pickled.
+    """The vector env's whole state as bytes for a checkpoint, or None if it cannot be pickled
+    (an emulator in C++, say: such a worker resumes with fresh env state).
 
     SyncVectorEnv keeps the factory functions it was built from (often lambdas, which pickle
     cannot take); they are not needed once the envs exist, so they are left out.
@@ -129,10 +245,21 @@ def dump_vec_env(env: gym.vector.VectorEnv) -> bytes | None:
     fns = getattr(env, "env_fns", None)
     try:
         if fns is not None:
-            env.env_fns = None
+            setattr(env, "env_fns", None)  # noqa: B010
         return pickle.dumps(env)
     except Exception:
         return None
     finally:
         if fns is not None:
-            env.env_fns = fns
+            setattr(env, "env_fns", fns)  # noqa: B010
+
+
+def make_eval_env(env_id: str, seed: int, render_mode: str | None = None) -> gym.Env:
+    """One env for evaluation (and video): whole games and raw scores on Atari."""
+    spec = env_spec(env_id)
+    if is_atari(spec):
+        from asyncrl.atari import make_atari_env
+
+        return make_atari_env(spec.id, seed, render_mode=render_mode)
+    # not every env takes a render_mode argument: pass it only when asked for
+    return gym.make(spec.id) if render_mode is None else gym.make(spec.id, render_mode=render_mode)

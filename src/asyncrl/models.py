@@ -1,4 +1,13 @@
-"""Networks: MLP bodies with actor-critic (softmax policy + value) and Q heads.
+"""Networks as encoder -> core -> heads (Sample Factory's split, which keeps each part small).
+
+* encoder, from the observation space: an MLP for vectors; conv nets for images -- the A3C
+  paper's (conv 16 8x8/4, conv 32 4x4/2, fc 256), the Nature DQN net (conv 32 8x8/4, 64 4x4/2,
+  64 3x3/1, fc 512) and MinAtar's (conv 16 3x3/1, fc 128; Young & Tian, 2019). Observations
+  arrive in the env's dtype; uint8 images are divided by 255 here, inside the network, so the
+  rollout buffer stays uint8.
+* core: the identity (the recurrent core of the LSTM agent goes here).
+* heads: the parameters of the action distribution (:mod:`asyncrl.distributions`, chosen from
+  the action space) and a value; or Q values.
 
 Every model is rebuilt from a plain :class:`ModelSpec` (a dict on disk), so a worker process, a
 checkpoint and ``asyncrl.load`` all construct the same architecture without pickling modules.
@@ -9,40 +18,51 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import asdict, dataclass
+from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from asyncrl.distributions import Distribution, distribution_for
+from asyncrl.envs import ActionSpace
+
+Encoder = Literal["mlp", "a3c", "nature", "minatar"]
+ENCODERS: tuple[str, ...] = ("mlp", "a3c", "nature", "minatar")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """Everything needed to rebuild a model."""
 
-    kind: str  # "actor-critic" | "q"
-    obs_dim: int
-    n_actions: int
+    kind: Literal["actor-critic", "q"]
+    obs_shape: tuple[int, ...]
+    action: ActionSpace
+    obs_dtype: str = "float32"
     hidden: tuple[int, ...] = (64, 64)
     shared_trunk: bool = True
+    encoder: Encoder = "mlp"
+    #: images stored (H, W, C) (MinAtar) rather than (C, H, W) (Atari frame stacks)
+    channels_last: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelSpec:
-        return cls(**{**d, "hidden": tuple(d["hidden"])})
-
-
-def _mlp(sizes: list[int]) -> nn.ModuleList:
-    return nn.ModuleList(_linear(a, b, math.sqrt(2)) for a, b in itertools.pairwise(sizes))
-
-
-def _mlp_forward(layers: nn.ModuleList, x: torch.Tensor) -> torch.Tensor:
-    # Functional calls: Module.__call__ costs more than the matmul itself at these sizes, and
-    # the behaviour policy runs this once per env step.
-    for layer in layers:
-        x = torch.tanh(F.linear(x, layer.weight, layer.bias))
-    return x
+        a = d["action"]
+        action = ActionSpace(
+            a["kind"], a["n"], tuple(a["shape"]), tuple(a["low"]), tuple(a["high"])
+        )
+        return cls(
+            **{
+                **d,
+                "obs_shape": tuple(d["obs_shape"]),
+                "hidden": tuple(d["hidden"]),
+                "action": action,
+            }
+        )
 
 
 def _linear(a: int, b: int, gain: float) -> nn.Linear:
@@ -54,40 +74,138 @@ def _linear(a: int, b: int, gain: float) -> nn.Linear:
     return layer
 
 
+def _conv(c_in: int, c_out: int, k: int, s: int) -> nn.Conv2d:
+    layer = nn.Conv2d(c_in, c_out, k, s)
+    nn.init.orthogonal_(layer.weight, math.sqrt(2))
+    nn.init.zeros_(layer.bias)  # type: ignore[arg-type]
+    return layer
+
+
+def as_float(obs: torch.Tensor) -> torch.Tensor:
+    """The network's input from the env's dtype: uint8 pixels to [0, 1], bool to 0/1."""
+    if obs.dtype == torch.uint8:
+        return obs.float().mul_(1.0 / 255.0)
+    if obs.dtype != torch.float32:
+        return obs.float()
+    return obs
+
+
+class MLPEncoder(nn.Module):
+    """tanh MLP on the flattened observation."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        sizes = [obs_dim, *hidden]
+        linears = [_linear(a, b, math.sqrt(2)) for a, b in itertools.pairwise(sizes)]
+        self.layers = nn.ModuleList(linears)
+        self._linears = linears  # the same modules, typed (and iterated without ModuleList)
+        self.out_dim = sizes[-1]
+        self.obs_dim = obs_dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = as_float(obs).reshape(-1, self.obs_dim)
+        # Functional calls: Module.__call__ costs more than the matmul itself at these sizes,
+        # and the behaviour policy runs this once per env step.
+        for layer in self._linears:
+            x = torch.tanh(F.linear(x, layer.weight, layer.bias))
+        return x
+
+
+# (channels, kernel, stride) of the conv layers, then the width of the fully connected layer
+_CONV_NETS: dict[str, tuple[list[tuple[int, int, int]], int]] = {
+    "a3c": ([(16, 8, 4), (32, 4, 2)], 256),  # Mnih et al., 2016, Section 8
+    "nature": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),  # Mnih et al., 2015
+    "minatar": ([(16, 3, 1)], 128),  # Young & Tian, 2019
+}
+
+
+class ConvEncoder(nn.Module):
+    """Conv layers with ReLU, then one fully connected ReLU layer."""
+
+    def __init__(self, name: str, obs_shape: tuple[int, ...], channels_last: bool):
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise ValueError(f"the {name} conv net takes image observations, got {obs_shape}")
+        self.channels_last = channels_last
+        c, h, w = (obs_shape[2], *obs_shape[:2]) if channels_last else obs_shape
+        layers, fc = _CONV_NETS[name]
+        convs = []
+        for c_out, k, s in layers:
+            convs.append(_conv(c, c_out, k, s))
+            c, h, w = c_out, (h - k) // s + 1, (w - k) // s + 1
+        self.convs = nn.ModuleList(convs)
+        self.fc = _linear(c * h * w, fc, math.sqrt(2))
+        self.out_dim = fc
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = as_float(obs)
+        if self.channels_last:
+            x = x.movedim(-1, -3)
+        x = x.reshape(-1, *x.shape[-3:])
+        for conv in self.convs:
+            x = F.relu(conv(x))
+        return F.relu(self.fc(x.flatten(1)))
+
+
+def build_encoder(spec: ModelSpec) -> MLPEncoder | ConvEncoder:
+    if spec.encoder == "mlp":
+        return MLPEncoder(int(np.prod(spec.obs_shape)), spec.hidden)
+    return ConvEncoder(spec.encoder, spec.obs_shape, spec.channels_last)
+
+
 class ActorCritic(nn.Module):
-    """Softmax policy and state value; shared trunk (the paper) or separate networks."""
+    """Policy (the parameters of a distribution) and state value; one encoder shared by both
+    heads (the paper) or one each."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        sizes = [spec.obs_dim, *spec.hidden]
+        self.action = spec.action
         self.shared_trunk = spec.shared_trunk
-        self.pi_body = _mlp(sizes)
-        self.v_body = self.pi_body if spec.shared_trunk else _mlp(sizes)
-        self.pi_head = _linear(sizes[-1], spec.n_actions, 0.01)
-        self.v_head = _linear(sizes[-1], 1, 1.0)
+        self.pi_body = build_encoder(spec)
+        self.v_body = self.pi_body if spec.shared_trunk else build_encoder(spec)
+        d = self.pi_body.out_dim
+        self.pi_head = _linear(d, spec.action.dim, 0.01)
+        self.v_head = _linear(d, 1, 1.0)
+        # Box actions: a state-independent log-std (the common choice today; SB3, PPO)
+        self.log_std = (
+            nn.Parameter(torch.zeros(spec.action.dim)) if spec.action.kind == "box" else None
+        )
+
+    def core(self, features: torch.Tensor) -> torch.Tensor:
+        """The identity: the recurrent core of the LSTM agent takes this place."""
+        return features
+
+    def _policy(self, h: torch.Tensor) -> torch.Tensor:
+        out = F.linear(h, self.pi_head.weight, self.pi_head.bias)
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``(B, n_actions)`` and values ``(B,)``."""
-        h = _mlp_forward(self.pi_body, obs)
-        hv = h if self.shared_trunk else _mlp_forward(self.v_body, obs)
-        pi, v = self.pi_head, self.v_head
-        return F.linear(h, pi.weight, pi.bias), F.linear(hv, v.weight, v.bias).squeeze(-1)
+        """Distribution parameters ``(N, ...)`` and values ``(N,)`` for a batch ``N``."""
+        h = self.core(self.pi_body(obs))
+        hv = h if self.shared_trunk else self.core(self.v_body(obs))
+        v = self.v_head
+        return self._policy(h), F.linear(hv, v.weight, v.bias).squeeze(-1)
 
-    def logits(self, obs: torch.Tensor) -> torch.Tensor:
-        pi = self.pi_head
-        return F.linear(_mlp_forward(self.pi_body, obs), pi.weight, pi.bias)
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The distribution parameters alone (acting skips a separate critic)."""
+        return self._policy(self.core(self.pi_body(obs)))
+
+    def distribution(self, params: torch.Tensor) -> Distribution:
+        return distribution_for(self.action, params)
 
 
 class QNetwork(nn.Module):
-    """Action values Q(s, .) on an MLP body."""
+    """Action values Q(s, .) on an encoder."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        self.body = _mlp([spec.obs_dim, *spec.hidden])
-        self.head = _linear(spec.hidden[-1] if spec.hidden else spec.obs_dim, spec.n_actions, 1.0)
+        self.body = build_encoder(spec)
+        self.head = _linear(self.body.out_dim, spec.action.n, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return F.linear(_mlp_forward(self.body, obs), self.head.weight, self.head.bias)
+        return F.linear(self.body(obs), self.head.weight, self.head.bias)
 
 
 def build_model(spec: ModelSpec) -> nn.Module:

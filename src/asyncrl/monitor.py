@@ -1,5 +1,5 @@
 """The episode stream's consumer in the main process: progress display, ``episodes.csv``,
-TensorBoard scalars and the stop rule."""
+``metrics.csv`` (the learners' diagnostics), TensorBoard scalars and the stop rule."""
 
 from __future__ import annotations
 
@@ -7,60 +7,87 @@ import collections
 import csv
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from asyncrl.config import Config
+from asyncrl.messages import StatSums
+from asyncrl.optim import linear_lr
+from asyncrl.rundir import RunDir
 from asyncrl.tbevents import ScalarWriter
 
 CSV_HEADER = ["episode", "worker", "return", "length", "global_step", "wall_seconds"]
+#: seconds between two rows of metrics.csv (and TensorBoard points of the diagnostics)
+METRICS_EVERY = 2.0
+
+
+def _open_csv(path: Any, size: int | None) -> IO[str]:
+    """A new CSV file, or (resume) the old one cut back to ``size`` bytes: rows past the
+    checkpoint are dropped (the resumed run makes them again); new rows are appended."""
+    if size is None:
+        return open(path, "w", newline="")
+    f = open(path, "a+", newline="")  # noqa: SIM115 (a+: created if a run had no row yet)
+    f.truncate(size)
+    f.seek(size)
+    return f
 
 
 class Monitor:
-    """Counts episodes, keeps the rolling mean, decides when the target is reached."""
+    """Counts episodes, keeps the rolling mean, decides when the target is reached; averages
+    the workers' learner statistics and writes them every few seconds."""
 
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: RunDir,
+        cfg: Config,
         *,
-        total_steps: int,
         target_return: float | None,
-        window: int,
-        progress: bool,
-        tensorboard: bool,
+        frames_per_step: int = 1,
         state: dict | None = None,
     ):
-        self.total_steps = total_steps
+        self.cfg = cfg
+        self.total_steps = cfg.steps
         self.target = target_return
-        self.window = window
-        self.returns: collections.deque[float] = collections.deque(maxlen=window)
+        self.window = cfg.window
+        self.frames_per_step = frames_per_step
+        self.returns: collections.deque[float] = collections.deque(maxlen=self.window)
         self.episodes = 0
         self.solved = False
         self.solve_seconds: float | None = None
         self.solve_steps: int | None = None
         self.global_step = 0
         elapsed = 0.0
-        path = run_dir / "episodes.csv"
-        if state is None:
-            self._csv_file = open(path, "w", newline="")  # noqa: SIM115 (closed in close())
-            csv.writer(self._csv_file).writerow(CSV_HEADER)
-        else:
-            # Resume: rows past the checkpoint are dropped (the resumed run makes them again),
-            # every row before it stays; new rows are appended.
-            self._csv_file = open(path, "r+", newline="")  # noqa: SIM115
-            self._csv_file.truncate(state["csv_bytes"])
-            self._csv_file.seek(state["csv_bytes"])
-            self.returns.extend(state["returns"][-window:])
+        if state is not None:
+            self.returns.extend(state["returns"][-self.window :])
             self.episodes = state["episodes"]
             self.solved = state["solved"]
             self.solve_seconds, self.solve_steps = state["solve_seconds"], state["solve_steps"]
             self.global_step = state["global_step"]
             elapsed = state["elapsed"]
-        self.t0 = time.perf_counter() - elapsed  # wall time continues across a resume
+        self._csv_file = _open_csv(run_dir.episodes, None if state is None else state["csv_bytes"])
+        if state is None:
+            csv.writer(self._csv_file).writerow(CSV_HEADER)
         self._csv = csv.writer(self._csv_file)
-        self._tb = ScalarWriter(run_dir / "tb") if tensorboard else None
-        self._live = progress and sys.stderr.isatty()
+        metrics_at = None if state is None else state.get("metrics_bytes", 0)
+        self._metrics_file = _open_csv(run_dir.metrics, metrics_at)
+        self._metrics = csv.writer(self._metrics_file)
+        self._metrics_columns: list[str] | None = None
+        if metrics_at:  # the header written by the first run
+            self._metrics_file.seek(0)
+            self._metrics_columns = next(csv.reader(self._metrics_file))[2:]
+            self._metrics_file.seek(metrics_at)
+        self._sums: dict[str, list[float]] = {}
+        self._last_metrics = time.perf_counter()
+        self.t0 = time.perf_counter() - elapsed  # wall time continues across a resume
+        self._tb = ScalarWriter(run_dir.tensorboard) if cfg.tensorboard else None
+        self._live = cfg.progress and sys.stderr.isatty()
         self._bar: Any = None
         self._last_log = time.perf_counter()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def rolling_return(self) -> float | None:
@@ -77,7 +104,7 @@ class Monitor:
         wall = self.elapsed()
         self._csv.writerow([self.episodes, worker, f"{ret:.6g}", length, step, f"{wall:.3f}"])
         mean = self.rolling_return
-        if self._tb is not None:
+        if self._tb is not None and mean is not None:
             self._tb.add_scalar("episode/return", ret, step)
             self._tb.add_scalar("episode/length", length, step)
             self._tb.add_scalar(f"episode/rolling_return_{self.window}", mean, step)
@@ -85,16 +112,53 @@ class Monitor:
             not self.solved
             and self.target is not None
             and len(self.returns) == self.window
+            and mean is not None
             and mean >= self.target
         ):
             self.solved, self.solve_seconds, self.solve_steps = True, wall, step
             return True
         return False
 
+    # ------------------------------------------------------------------ diagnostics
+    def add_stats(self, stats: StatSums) -> None:
+        """A worker's sums since its last report; averaged over every update in the interval."""
+        for k, (s, n) in stats.items():
+            acc = self._sums.setdefault(k, [0.0, 0])
+            acc[0] += s
+            acc[1] += n
+
+    def learning_rate(self) -> float:
+        cfg = self.cfg
+        if cfg.lr_schedule == "constant":
+            return cfg.lr
+        return linear_lr(cfg.lr, self.global_step, cfg.steps)
+
+    def write_metrics(self) -> None:
+        """One row of metrics.csv: global_step, wall_seconds, then each statistic's mean over
+        the interval (named as in TensorBoard, with '/' as '_')."""
+        self._last_metrics = time.perf_counter()
+        means = {k: s / n for k, (s, n) in self._sums.items() if n}
+        if not means:
+            return
+        means["train/learning_rate"] = self.learning_rate()
+        self._sums = {}
+        if self._metrics_columns is None:
+            self._metrics_columns = sorted(means)
+            header = [c.replace("/", "_") for c in self._metrics_columns]
+            self._metrics.writerow(["global_step", "wall_seconds", *header])
+        row = [self.global_step, f"{self.elapsed():.3f}"]
+        row += [f"{means[k]:.6g}" if k in means else "" for k in self._metrics_columns]
+        self._metrics.writerow(row)
+        if self._tb is not None:
+            for k, v in means.items():
+                self._tb.add_scalar(k, v, self.global_step)
+
     def state_dict(self) -> dict:
         self._csv_file.flush()
+        self._metrics_file.flush()
         return {
             "csv_bytes": self._csv_file.tell(),
+            "metrics_bytes": self._metrics_file.tell(),
             "returns": list(self.returns),
             "episodes": self.episodes,
             "solved": self.solved,
@@ -114,9 +178,13 @@ class Monitor:
         sps = self.global_step / max(elapsed, 1e-9)
         ret = self.rolling_return
         ret_s = "-" if ret is None else f"{ret:.1f}"
+        frames = ""
+        if self.frames_per_step > 1:
+            f = self.global_step * self.frames_per_step
+            frames = f" frames {f:,} ({sps * self.frames_per_step:,.0f}/s)"
         return (
             f"[{elapsed:6.1f}s] steps {self.global_step:,}/{self.total_steps:,} "
-            f"({sps:,.0f}/s)  episodes {self.episodes:,}  "
+            f"({sps:,.0f}/s){frames}  episodes {self.episodes:,}  "
             f"return(last {self.window}) {ret_s}"
         )
 
@@ -145,6 +213,8 @@ class Monitor:
     def refresh(self, global_step: int) -> None:
         self.global_step = max(self.global_step, global_step)
         now = time.perf_counter()
+        if now - self._last_metrics >= METRICS_EVERY:
+            self.write_metrics()
         if self._bar is not None:
             self._bar.update(self._task, completed=self.global_step, line=self.line())
         elif now - self._last_log >= 5.0:
@@ -152,9 +222,13 @@ class Monitor:
             print(self.line(), file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        if self._csv_file.closed:
+            return
+        self.write_metrics()
         if self._bar is not None:
             self._bar.update(self._task, completed=self.global_step, line=self.line())
             self._bar.stop()
         self._csv_file.close()
+        self._metrics_file.close()
         if self._tb is not None:
             self._tb.close()

@@ -1,4 +1,4 @@
-"""Shared optimizers, gradient accumulation and the learning-rate schedule.
+"""Shared optimizers, gradient clipping and the learning-rate schedule.
 
 The global parameters live in one flat tensor (see :func:`asyncrl.models.flatten_parameters`).
 A shared optimizer owns statistics of the same shape, created in shared memory *before* the
@@ -9,9 +9,6 @@ without locks (Hogwild, Recht et al., 2011), as the paper does.
 from __future__ import annotations
 
 import torch
-from torch import nn
-
-from asyncrl.models import flat_grad
 
 
 def _shared_zeros_like(t: torch.Tensor) -> torch.Tensor:
@@ -117,39 +114,3 @@ def clip_grad_norm_(grad: torch.Tensor, max_norm: float) -> float:
     if max_norm > 0 and norm > max_norm:
         grad.mul_(max_norm / (norm + 1e-6))
     return norm
-
-
-class GradientAccumulator:
-    """Sums per-step gradients of a local model, then applies them once (accumulate/apply/reset).
-
-    The paper's actor-learners accumulate d(theta) over up to t_max steps and apply it in one
-    asynchronous update. For a loss that is a sum over steps, one batched backward pass gives
-    the same gradient (see the tests); this class serves algorithms that add gradients step by
-    step, such as one-step Q-learning and Sarsa with their I_AsyncUpdate.
-    """
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-        self.buffer = torch.zeros(sum(p.numel() for p in model.parameters()))
-        self.count = 0
-
-    def accumulate(self, loss: torch.Tensor | None = None) -> None:
-        """Add the model's current gradient (of ``loss``, if given) to the sum."""
-        if loss is not None:
-            loss.backward()
-        self.buffer.add_(flat_grad(self.model))
-        self.model.zero_grad(set_to_none=True)
-        self.count += 1
-
-    def apply(
-        self, optimizer: SharedOptimizer, lr: float | None = None, max_norm: float = 0.0
-    ) -> float:
-        """Clip the summed gradient, apply it with the shared optimizer, reset; return its norm."""
-        norm = clip_grad_norm_(self.buffer, max_norm)
-        optimizer.step(self.buffer, lr)
-        self.reset()
-        return norm
-
-    def reset(self) -> None:
-        self.buffer.zero_()
-        self.count = 0

@@ -1,4 +1,5 @@
-"""Learning curves from ``episodes.csv``: return against env steps and against wall time."""
+"""Learning curves from ``episodes.csv`` (return against env steps and against wall time) and,
+where the run has them, the learners' diagnostics from ``metrics.csv`` in a second figure."""
 
 from __future__ import annotations
 
@@ -6,21 +7,24 @@ import csv
 from pathlib import Path
 
 from asyncrl.errors import UserError
+from asyncrl.rundir import RunDir
+
+
+def read_csv(path: Path) -> dict[str, list[float]]:
+    """Columns of a CSV file as floats (empty cells skipped per column)."""
+    cols: dict[str, list[float]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            for k, v in row.items():
+                if v not in ("", None):
+                    cols.setdefault(k, []).append(float(v))
+    return cols
 
 
 def read_episodes(run_dir: str | Path) -> dict[str, list[float]]:
-    path = Path(run_dir)
-    csv_path = path / "episodes.csv"
-    if not path.is_dir():
-        raise UserError(f"run directory {path} does not exist; pass the RUN_DIR of a training run")
-    if not csv_path.is_file():
-        raise UserError(f"{path} has no episodes.csv; pass the RUN_DIR of a training run")
-    cols: dict[str, list[float]] = {"return": [], "global_step": [], "wall_seconds": []}
-    with open(csv_path, newline="") as f:
-        for row in csv.DictReader(f):
-            for k in cols:
-                cols[k].append(float(row[k]))
-    return cols
+    run = RunDir.existing(run_dir, "episodes")
+    cols = read_csv(run.episodes)
+    return {k: cols.get(k, []) for k in ("return", "global_step", "wall_seconds")}
 
 
 def rolling_mean(xs: list[float], window: int) -> list[float]:
@@ -34,7 +38,8 @@ def rolling_mean(xs: list[float], window: int) -> list[float]:
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 100) -> Path:
-    """Write the learning curve PNG (default ``RUN_DIR/learning_curve.png``) and return its path."""
+    """Write the learning curve PNG (default ``RUN_DIR/learning_curve.png``) and, if the run
+    has ``metrics.csv``, ``metrics.png`` beside it; return the learning curve's path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,4 +65,34 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 1
     path = Path(out) if out else Path(run_dir) / "learning_curve.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    metrics = RunDir(Path(run_dir)).metrics
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        plot_metrics(metrics, path.with_name("metrics.png"))
     return path
+
+
+def plot_metrics(csv_path: Path, out: Path) -> Path:
+    """One small panel per statistic of metrics.csv against the global step."""
+    import matplotlib.pyplot as plt
+
+    cols = read_csv(csv_path)
+    steps = cols.pop("global_step", [])
+    cols.pop("wall_seconds", None)
+    names = [k for k, v in cols.items() if len(v) == len(steps)]
+    if not names:
+        return out
+    ncols = 3
+    nrows = (len(names) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(11, 2.6 * nrows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        ax.plot(steps, cols[name], lw=1.2)
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.supxlabel("env steps")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

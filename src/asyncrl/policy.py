@@ -1,8 +1,8 @@
-"""Loading a trained policy from a run directory, and evaluating it."""
+"""Loading a trained policy from a run directory, and evaluating it. Imports no training code
+(the trainer, the supervisor, the backends)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,12 +10,12 @@ import torch
 
 from asyncrl.algos import REGISTRY
 from asyncrl.errors import UserError
-from asyncrl.models import ModelSpec, build_model
-from asyncrl.trainer import CONFIG_FILE, MODEL_FILE
+from asyncrl.models import ActorCritic, ModelSpec, build_model
+from asyncrl.rundir import RunDir
 
 
 class Policy:
-    """A trained network with ``act(obs)``: greedy by default (argmax of logits or of Q)."""
+    """A trained network with ``act(obs)``: the mode of the policy (or argmax Q) by default."""
 
     def __init__(self, model: torch.nn.Module, algo: str, spec: ModelSpec, env_id: str):
         self.model = model.eval()
@@ -25,57 +25,76 @@ class Policy:
         self._greedy = REGISTRY[algo].greedy
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray | int:
-        """Action(s) for one observation (returns an int) or a batch (returns an array)."""
-        x = torch.as_tensor(np.asarray(obs, dtype=np.float32))
-        single = x.dim() == 1
-        x = x.reshape(1 if single else x.shape[0], -1)
-        if deterministic or self.spec.kind != "actor-critic":
-            a = self._greedy(self.model, x)
+    def act(
+        self,
+        obs: np.ndarray,
+        deterministic: bool = True,
+        rng: np.random.Generator | None = None,
+    ) -> np.ndarray | int:
+        """Action(s) for one observation (shape ``obs_shape``) or a batch (``(N, *obs_shape)``).
+
+        ``deterministic=False`` samples from the policy with ``rng`` (default: a fresh,
+        unseeded generator); the Q methods have no stochastic policy of their own and refuse.
+        A single observation gives a single action (an int for Discrete actions).
+        """
+        x = torch.as_tensor(np.asarray(obs, dtype=np.dtype(self.spec.obs_dtype)))
+        single = tuple(x.shape) == tuple(self.spec.obs_shape)
+        if not single and tuple(x.shape[1:]) != tuple(self.spec.obs_shape):
+            raise UserError(
+                f"Policy.act: an observation of shape {tuple(x.shape)} fits neither "
+                f"{self.spec.obs_shape} (one) nor (N, *{self.spec.obs_shape}) (a batch)"
+            )
+        if single:
+            x = x.unsqueeze(0)
+        if deterministic:
+            a = self._greedy(self.model, x).numpy()
+        elif isinstance(self.model, ActorCritic):
+            dist = self.model.distribution(self.model.policy(x))
+            a = dist.sample(rng if rng is not None else np.random.default_rng())
         else:
-            a = torch.multinomial(torch.softmax(self.model.logits(x), -1), 1).squeeze(-1)
-        return int(a[0]) if single else a.numpy()
-
-
-def _require_run_dir(run_dir: str | Path) -> Path:
-    path = Path(run_dir)
-    if not path.is_dir():
-        raise UserError(f"run directory {path} does not exist; pass the RUN_DIR of a training run")
-    if not (path / MODEL_FILE).is_file():
-        raise UserError(f"{path} has no {MODEL_FILE}; pass the RUN_DIR of a finished training run")
-    return path
+            raise UserError(
+                f"{self.algo} learns Q values and acts greedily at evaluation; its exploration "
+                "epsilon is a training schedule, not a policy: evaluate it deterministically"
+            )
+        if single:
+            return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
+        return a
 
 
 def load(run_dir: str | Path) -> Policy:
     """The policy saved in ``run_dir`` by ``asyncrl train``."""
-    path = _require_run_dir(run_dir)
+    run = RunDir.existing(run_dir, "model")
     try:
-        blob = torch.load(path / MODEL_FILE, map_location="cpu", weights_only=True)
+        blob = torch.load(run.model, map_location="cpu", weights_only=True)
         spec = ModelSpec.from_dict(blob["spec"])
         model = build_model(spec)
         model.load_state_dict(blob["state_dict"])
     except Exception as e:
-        raise UserError(f"{path / MODEL_FILE} cannot be read ({type(e).__name__}: {e})") from None
-    env_id = json.loads((path / CONFIG_FILE).read_text())["env"]
-    return Policy(model, blob["algo"], spec, env_id)
+        raise UserError(f"{run.model} cannot be read ({type(e).__name__}: {e})") from None
+    return Policy(model, blob["algo"], spec, run.read_config()["env"])
 
 
 def evaluate(
     run_dir: str | Path, episodes: int = 10, seed: int = 0, deterministic: bool = True
 ) -> list[float]:
-    """Returns of ``episodes`` full episodes of the saved policy."""
-    import gymnasium as gym
+    """Returns of ``episodes`` full episodes (whole games on Atari) of the saved policy.
+    Episode i resets with ``seed + i``; a stochastic policy samples with a generator seeded by
+    ``seed``, so the same call gives the same returns."""
+    from asyncrl.envs import make_eval_env
 
     if episodes < 1:
         raise UserError(f"--episodes: must be >= 1, got {episodes}")
     policy = load(run_dir)
-    env = gym.make(policy.env_id)
+    if not deterministic and policy.spec.kind != "actor-critic":
+        policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal
+    rng = np.random.default_rng(seed)
+    env = make_eval_env(policy.env_id, seed)
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
         total, done = 0.0, False
         while not done:
-            obs, r, term, trunc, _ = env.step(policy.act(obs, deterministic))
+            obs, r, term, trunc, _ = env.step(policy.act(obs, deterministic, rng))
             total += float(r)
             done = term or trunc
         returns.append(total)

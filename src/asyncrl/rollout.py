@@ -1,4 +1,5 @@
-"""The rollout buffer: up to t_max steps of a worker's batch of envs, preallocated once."""
+"""The rollout buffer: up to t_max steps of a worker's batch of envs, preallocated once, shaped
+and typed by the spaces."""
 
 from __future__ import annotations
 
@@ -7,37 +8,51 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from asyncrl.envs import ActionSpace, EnvInfo
+
 
 @dataclass
 class Rollout:
     """Steps t = 0..T-1 of B envs, with ``obs[T]`` the observation after the last step.
 
     Torch views share memory with the numpy arrays the worker writes into, so building a batch
-    for the loss copies nothing. ``valid[t]`` is False for the reset step that next-step
-    autoreset inserts after an episode ends (see :mod:`asyncrl.envs`); ``obs[t + 1]`` after an
-    episode end is that episode's final observation.
+    for the loss copies nothing. Observations keep the env's dtype (an Atari stack of frames is
+    uint8: a quarter of the memory of float32); the network converts them. ``valid[t]`` is False
+    for the reset step that next-step autoreset inserts after an episode ends (see
+    :mod:`asyncrl.envs`); ``obs[t + 1]`` after an episode end is that episode's final
+    observation.
     """
 
-    obs: np.ndarray  # (T+1, B, obs_dim) float32
-    actions: np.ndarray  # (T, B) int64
-    rewards: np.ndarray  # (T, B) float32
+    obs: np.ndarray  # (T+1, B, *obs_shape), the env's dtype
+    actions: np.ndarray  # (T, B, *action_shape): int64 (Discrete) or float32 (Box)
+    rewards: np.ndarray  # (T, B) float32: the learning reward (clipped on Atari)
     terminated: np.ndarray  # (T, B) bool: s_{t+1} is terminal
     ends: np.ndarray  # (T, B) bool: the episode ended at t (terminated or truncated)
     valid: np.ndarray  # (T, B) bool: a real transition, not an autoreset step
-    next_actions: np.ndarray  # (B,) int64: the action taken next at obs[T] (Sarsa only)
 
     @classmethod
-    def empty(cls, t_max: int, num_envs: int, obs_dim: int) -> Rollout:
+    def empty(
+        cls,
+        t_max: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: str | type = np.float32,
+        action: ActionSpace | None = None,
+    ) -> Rollout:
         T, B = t_max, num_envs
+        action = action or ActionSpace("discrete", n=2)
         return cls(
-            obs=np.zeros((T + 1, B, obs_dim), np.float32),
-            actions=np.zeros((T, B), np.int64),
+            obs=np.zeros((T + 1, B, *obs_shape), obs_dtype),
+            actions=np.zeros((T, B, *action.shape), action.dtype),
             rewards=np.zeros((T, B), np.float32),
             terminated=np.zeros((T, B), bool),
             ends=np.zeros((T, B), bool),
             valid=np.zeros((T, B), bool),
-            next_actions=np.zeros(B, np.int64),
         )
+
+    @classmethod
+    def for_env(cls, t_max: int, num_envs: int, info: EnvInfo) -> Rollout:
+        return cls.empty(t_max, num_envs, info.obs_shape, info.obs_dtype, info.action)
 
     def prefix(self, n: int) -> Rollout:
         """The first ``n`` steps (views, no copy): a rollout cut short at an episode end."""
@@ -50,7 +65,6 @@ class Rollout:
             terminated=self.terminated[:n],
             ends=self.ends[:n],
             valid=self.valid[:n],
-            next_actions=self.next_actions,
         )
 
     @property
@@ -62,5 +76,8 @@ class Rollout:
         return self.rewards.shape[1]
 
     def obs_tensor(self) -> torch.Tensor:
-        """All T+1 observations as one ``((T+1) * B, obs_dim)`` batch (no copy)."""
-        return torch.from_numpy(self.obs).view(-1, self.obs.shape[-1])
+        """All T+1 observations as one ``((T+1) * B, *obs_shape)`` batch (no copy)."""
+        return torch.from_numpy(self.obs).flatten(0, 1)
+
+    def actions_tensor(self) -> torch.Tensor:
+        return torch.from_numpy(self.actions)

@@ -5,9 +5,9 @@ axes (a worker's batch of envs) are carried along elementwise.
 
 The paper (Mnih et al., 2016, Algorithm S2/S3) computes the *forward view* over a rollout of up
 to t_max steps: every state gets the longest possible n-step return that the rollout holds,
-bootstrapped from V of the state after the last step. ``nstep_targets`` is that computation with
-an optional fixed horizon ``n`` and the two policies for terms past the rollout that users ask
-for by name:
+bootstrapped from V of the state after the last step. :func:`nstep_returns` is that computation
+over a rollout that may hold several episode ends, with an optional fixed horizon ``n`` and the
+two policies for terms past the rollout that users ask for by name:
 
 * ``missing="bootstrap"`` -- *use maximum terms possible*: a horizon that runs past the rollout
   is cut there and bootstrapped from ``last_value`` (0 if the last state is terminal);
@@ -106,44 +106,6 @@ def nstep_returns(
                 alive = alive * (1.0 - end[k])
         out[t] = ret
     return out
-
-
-def nstep_targets(
-    rewards: Array,
-    values: Array,
-    last_value: Array | float,
-    terminated: bool | Array,
-    gamma: float,
-    n: int | None = None,
-    missing: Missing = "bootstrap",
-) -> Array:
-    """n-step targets of one rollout of one episode (the issue's and the paper's form).
-
-    Args:
-        rewards: ``r_t`` for t = 0..T-1, shape ``(T, ...)``.
-        values: ``V(s_t)`` for t = 0..T-1 (used as the bootstrap of horizons inside the rollout).
-        last_value: ``V(s_T)``, the state after the last step.
-        terminated: ``s_T`` is terminal, so its value counts as 0. A truncated rollout (time
-            limit, or simply the end of t_max steps) passes False and bootstraps.
-        gamma: discount factor.
-        n: horizon (``None``: T, the paper's forward view to the end of the rollout).
-        missing: ``"bootstrap"`` (*use maximum terms possible*) or ``"zero"`` (*missing terms
-            treated as 0*) for horizons with t + n >= T.
-
-    For t + n < T the target is ``sum_{i<n} gamma^i r_{t+i} + gamma^n values[t+n]``.
-    """
-    T = rewards.shape[0]
-    if values.shape != rewards.shape:
-        raise ValueError(f"values shape {tuple(values.shape)} != rewards {tuple(rewards.shape)}")
-    last = _float_like(last_value, rewards)[None] + rewards[:1] * 0.0
-    next_values = (
-        torch.cat([values[1:], last])
-        if isinstance(rewards, torch.Tensor)
-        else np.concatenate([values[1:], last])
-    )
-    term = rewards * 0.0
-    term[T - 1] = term[T - 1] + _float_like(terminated, rewards)
-    return nstep_returns(rewards, next_values, term, term, gamma, n, missing)
 
 
 def gae_advantages(

@@ -1,15 +1,25 @@
-"""The actor-learner loop: one function that every backend runs unchanged.
+"""The actor-learner loop, shared by every backend (threads, processes, Ray).
 
-    loop:
-        theta'  <- theta                     pull the global parameters (one flat copy)
-        collect up to t_max steps of each of the worker's envs with pi(.; theta')
-        loss    <- algorithm.loss(rollout)    A3C | n-step Q | one-step Q | one-step Sarsa
-        d theta <- grad(loss); clip           one batched backward pass for the whole rollout
-        theta   <- shared optimizer step      lock-free (Hogwild), statistics shared
-        report finished episodes; count global steps
+Each worker owns B envs stepped together (one batched forward pass per step), a local copy of
+the network, and a preallocated rollout buffer. Per rollout:
 
-Counters are lock-free: each worker adds to its own slot of a shared int64 tensor and reads
-the global value as the sum of the slots, so no lock can be left held by a killed worker.
+    theta' <- store.pull()                       (and theta^- for the Q methods)
+    collect up to t_max steps of the B envs      (algorithm hooks at rollout begin / end)
+    loss   <- algo.loss(model, rollout)          one batched forward + backward pass
+    grad   <- clip(d loss / d theta')
+    store.push(grad)                             shared optimizer step, or sent to a server
+    store.report(episodes, statistics)
+
+The ``store`` (a :class:`Store`) is the only thing that differs between backends: shared
+memory for threads and processes (:class:`SharedMemoryStore`), a parameter server for Ray. The
+loop keeps no algorithm-specific fields: what an algorithm carries from one rollout to the next
+(Sarsa's next action, a recurrent state) lives in the algorithm's per-worker state.
+
+Reliability: an exception is reported (with its traceback) to the main process, never swallowed;
+a non-finite loss or gradient is never applied; the loop stops at a rollout boundary when the
+main process sets the stop flag, and retires itself if the main process restarted it (hung) or
+died (orphaned). Workers share no lock with anyone, so no lock can be left held by a killed
+worker.
 """
 
 from __future__ import annotations
@@ -21,22 +31,33 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from asyncrl.algos import make_algorithm
 from asyncrl.config import Config
-from asyncrl.envs import EnvInfo, dump_vec_env, make_vec_env
+from asyncrl.envs import EnvInfo, dump_vec_env, env_seeds, make_vec_env, reset_vec_env
+from asyncrl.messages import (
+    Done,
+    Episodes,
+    Failed,
+    Message,
+    NonFinite,
+    Snapshot,
+    StatSums,
+    WorkerSnapshot,
+)
 from asyncrl.models import build_model, flat_grad, flatten_parameters
-from asyncrl.optim import SharedOptimizer, clip_grad_norm_, linear_lr
+from asyncrl.optim import clip_grad_norm_
 from asyncrl.rollout import Rollout
-
-# Rows of SharedState.counters (one column per worker).
-STEPS, EPISODES, NONFINITE = 0, 1, 2
+from asyncrl.state import EPISODES, NONFINITE, STEPS, GlobalState
 
 _current = threading.local()
+
+#: seconds between two reports of a worker's learner statistics when no episode ends
+STATS_EVERY = 2.0
 
 
 def current_worker_id() -> int | None:
@@ -44,21 +65,64 @@ def current_worker_id() -> int | None:
     return getattr(_current, "worker_id", None)
 
 
-@dataclass
-class SharedState:
-    """What the workers share with each other and with the main process."""
+def limit_threads() -> None:
+    """One thread of compute per worker: more oversubscribes the cores, the classic reason A3C
+    stops learning. ``torch.set_num_threads`` also sets OpenMP's count, so this works after
+    torch is imported (the OMP_NUM_THREADS variable would not)."""
+    torch.set_num_threads(1)
 
-    params: torch.Tensor  # the global parameters, one flat vector
-    optimizer: SharedOptimizer
-    target_params: torch.Tensor | None  # theta^- of the Q methods
-    counters: torch.Tensor  # int64 (3, workers): steps, episodes, non-finite updates skipped
+
+class Outbox(Protocol):
+    def send(self, msg: Message) -> None: ...
+
+
+class Store(Protocol):
+    """The worker's view of the global state; the loop calls nothing else on it."""
+
+    def global_step(self) -> int: ...
+
+    def retired(self) -> bool:
+        """This incarnation must exit at once (restarted as hung, or orphaned)."""
+        ...
+
+    def stopping(self) -> bool: ...
+
+    def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
+        """Copy the global parameters (and theta^-) into the local ones; return their version."""
+        ...
+
+    def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
+        """Count ``n_steps``; apply ``grad`` unless None (non-finite); return the global step."""
+        ...
+
+    def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None: ...
+
+    def nonfinite(self, global_step: int, what: str) -> None: ...
+
+    def alive_and_asked(self, worker: Worker) -> None:
+        """Heartbeat; answer a pending checkpoint request."""
+        ...
+
+    def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
+        """The loop's last call: the state to hand back (None where the server keeps it)."""
+        ...
+
+
+@dataclass
+class SharedMemory:
+    """What the threads and processes backends share: the global state and the flags the main
+    process uses to steer the workers."""
+
+    state: GlobalState
     heartbeat: torch.Tensor  # float64 (workers,): time.time() of each worker's last update
     incarnation: torch.Tensor  # int64 (workers,): bumped by the main process on a restart
     checkpoint_request: torch.Tensor  # int64 (1,): id of the latest checkpoint request
     stop_flag: torch.Tensor  # int64 (1,): set by the main process (stop rule, signal, error)
 
-    def global_steps(self) -> int:
-        return int(self.counters[STEPS].sum())
+    @classmethod
+    def create(cls, state: GlobalState, workers: int) -> SharedMemory:
+        z = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype).share_memory_()  # noqa: E731
+        return cls(state, z(workers, dtype=torch.float64), z(workers), z(1), z(1))
 
     def stopping(self) -> bool:
         return bool(self.stop_flag[0])
@@ -75,77 +139,42 @@ class Diverged(RuntimeError):
     """Too many non-finite losses or gradients in a row: restarting will not help."""
 
 
-def worker_seed(seed: int, worker_id: int, incarnation: int = 0) -> int:
-    # A restarted worker gets fresh env state: a new stream, still a function of the seed.
-    return seed * 10_007 + worker_id + 1_000_003 * incarnation
-
-
 def run_worker(
     worker_id: int,
     incarnation: int,
     cfg: Config,
     info: EnvInfo,
-    shared: SharedState,
+    shared: SharedMemory,
     state: dict | None,
-    outbox: Any,
+    outbox: Outbox,
 ) -> None:
-    """Entry point of every backend's worker. Messages to the main process (``outbox.send``):
-
-    ``("episodes", wid, [(return, length), ...], global_step)``;
-    ``("state", wid, incarnation, request_id, state)`` answering a checkpoint request;
-    ``("nonfinite", wid, global_step, what)``; ``("error", wid, incarnation, kind, text, tb)``;
-    and last ``("done", wid, incarnation, state)``.
-    """
-    # One thread of compute per worker: more oversubscribes the cores, the classic reason A3C
-    # stops learning.
-    os.environ["OMP_NUM_THREADS"] = "1"
-    torch.set_num_threads(1)
+    """Entry point of the threads and processes backends' workers: run the loop, report how it
+    ended (never die silently), and send :class:`Done` last."""
     _current.worker_id = worker_id
-    final_state = None
-    store = SharedMemoryStore(shared, outbox, worker_id, incarnation)
+    final = None
+    store = SharedMemoryStore(cfg, shared, outbox, worker_id, incarnation)
     try:
-        final_state = Worker(worker_id, incarnation, cfg, info, store, state).run()
-    except BaseException as e:  # report, never die silently
-        kind = "fatal" if isinstance(e, Diverged) else "error"
+        final = Worker(worker_id, incarnation, cfg, info, store, state).run()
+    except BaseException as e:
+        text = f"{type(e).__name__}: {e}"
         outbox.send(
-            (
-                "error",
-                worker_id,
-                incarnation,
-                kind,
-                f"{type(e).__name__}: {e}",
-                traceback.format_exc(),
-            )
+            Failed(worker_id, incarnation, text, traceback.format_exc(), isinstance(e, Diverged))
         )
     finally:
-        outbox.send(("done", worker_id, incarnation, final_state))
-
-
-def apply_update(
-    cfg: Config,
-    optimizer: SharedOptimizer,
-    params: torch.Tensor,
-    target_params: torch.Tensor | None,
-    grad: torch.Tensor,
-    global_step: int,
-    n_steps: int,
-) -> None:
-    """One asynchronous update of the global parameters (every store applies it this way)."""
-    lr = cfg.lr if cfg.lr_schedule == "constant" else linear_lr(cfg.lr, global_step, cfg.steps)
-    optimizer.step(grad, lr)
-    period = cfg.target_update
-    if target_params is not None and global_step // period != (global_step - n_steps) // period:
-        # Whoever crosses a multiple of target_update refreshes theta^- for everyone.
-        target_params.copy_(params)
+        outbox.send(Done(worker_id, incarnation, final))
 
 
 class SharedMemoryStore:
     """The global state for the threads and processes backends: shared-memory tensors that the
     worker reads and updates itself, lock-free, and a channel to the main process."""
 
-    def __init__(self, shared: SharedState, outbox: Any, wid: int, incarnation: int):
-        self.shared, self.outbox, self.wid, self.incarnation = shared, outbox, wid, incarnation
-        self.counters = shared.counters.numpy()  # a view: this worker writes its own column
+    def __init__(
+        self, cfg: Config, shared: SharedMemory, outbox: Outbox, wid: int, incarnation: int
+    ):
+        self.cfg, self.shared, self.outbox = cfg, shared, outbox
+        self.wid, self.incarnation = wid, incarnation
+        self.state = shared.state
+        self.counters = shared.state.counters.numpy()  # a view: this worker writes its column
         # numpy views of the shared flags: indexing them costs ~0.1 us, a torch index ~3 us
         self.stop_flag = shared.stop_flag.numpy()
         self.request = shared.checkpoint_request.numpy()
@@ -158,54 +187,66 @@ class SharedMemoryStore:
         return int(self.counters[STEPS].sum())
 
     def retired(self) -> bool:
-        """The main process restarted this worker (it hung), or itself died (kill -9)."""
         return self.incarnations[self.wid] != self.incarnation or os.getppid() != self.parent
 
     def stopping(self) -> bool:
         return bool(self.stop_flag[0])
 
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
-        local.copy_(self.shared.params)
-        if target_local is not None:
-            target_local.copy_(self.shared.target_params)
+        local.copy_(self.state.params)
+        if target_local is not None and self.state.target_params is not None:
+            target_local.copy_(self.state.target_params)
         return 0  # the version of the parameters: Hogwild has none
 
-    def push(self, cfg: Config, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
-        """Count the steps; apply ``grad`` unless it is None (non-finite); new global step."""
+    def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
         self.counters[STEPS, self.wid] += n_steps
         global_step = self.global_step()
         if grad is not None:
-            sh = self.shared
-            apply_update(cfg, sh.optimizer, sh.params, sh.target_params, grad, global_step, n_steps)
+            self.state.apply_update(self.cfg, grad, global_step)
         return global_step
 
-    def report(self, finished: list[tuple[float, int]], global_step: int) -> None:
-        if finished:
-            self.counters[EPISODES, self.wid] += len(finished)
-            self.outbox.send(("episodes", self.wid, finished, global_step))
+    def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None:
+        self.counters[EPISODES, self.wid] += len(finished)
+        self.outbox.send(Episodes(self.wid, finished, step, stats))
 
     def nonfinite(self, global_step: int, what: str) -> None:
         self.counters[NONFINITE, self.wid] += 1
-        self.outbox.send(("nonfinite", self.wid, global_step, what))
+        self.outbox.send(NonFinite(self.wid, global_step, what))
 
     def alive_and_asked(self, worker: Worker) -> None:
-        """Heartbeat; answer a checkpoint request with a snapshot."""
         self.heartbeat[self.wid] = time.time()
         request = int(self.request[0])
         if request > self.answered:
             self.answered = request
-            self.outbox.send(("state", self.wid, self.incarnation, request, self.snapshot(worker)))
+            snap = self.snapshot(worker)
+            self.outbox.send(Snapshot(self.wid, self.incarnation, request, snap))
 
-    def snapshot(self, worker: Worker) -> dict:
+    def snapshot(self, worker: Worker) -> WorkerSnapshot:
         """Worker state plus the global state as this worker leaves it (exact with 1 worker)."""
-        sh = self.shared
-        return {
-            "worker": worker.state(),
-            "params": sh.params.numpy().copy(),
-            "optimizer": {k: v.numpy().copy() for k, v in sh.optimizer.state_dict().items()},
-            "target_params": None if sh.target_params is None else sh.target_params.numpy().copy(),
-            "counters": sh.counters.numpy().copy(),
-        }
+        return WorkerSnapshot(worker.state(), self.state.snapshot())
+
+
+class RunningStats:
+    """Sums and counts of the learner's statistics since the last report (a dict update per
+    rollout; the main process turns them into running means)."""
+
+    def __init__(self) -> None:
+        self.sums: StatSums = {}
+        self.last = time.monotonic()
+
+    def add(self, stats: dict[str, float]) -> None:
+        sums = self.sums
+        for k, v in stats.items():
+            s, n = sums.get(k, (0.0, 0))
+            sums[k] = (s + v, n + 1)
+
+    def take(self) -> StatSums:
+        out, self.sums = self.sums, {}
+        self.last = time.monotonic()
+        return out
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last >= STATS_EVERY
 
 
 class Worker:
@@ -217,12 +258,14 @@ class Worker:
         incarnation: int,
         cfg: Config,
         info: EnvInfo,
-        store: Any,
+        store: Store,
         state: dict | None,
     ):
+        limit_threads()
         self.wid, self.incarnation, self.cfg, self.info = wid, incarnation, cfg, info
         self.store = store
-        seed = worker_seed(cfg.seed, wid, incarnation)
+        B = cfg.envs_per_worker
+        seed, self.env_seeds = env_seeds(cfg.seed, wid, incarnation, B)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.algo = make_algorithm(cfg, info)
@@ -236,18 +279,18 @@ class Worker:
             self.target_local = flatten_parameters(self.target_model)
             self.target_model.requires_grad_(False)
 
-        self.T, B = self.algo.rollout_length(), cfg.envs_per_worker
-        self.buf = Rollout.empty(self.T, B, info.obs_dim)
+        self.T = self.algo.rollout_length()
+        self.buf = Rollout.for_env(self.T, B, info)
         self.obs_t = torch.from_numpy(self.buf.obs)  # views: buf.obs[t] writes show in obs_t[t]
+        self.stats = RunningStats()
         if state is not None and state.get("envs") is not None:
             self._restore(state)
         else:
-            self.envs = make_vec_env(cfg.env, B)
-            self.obs, _ = self.envs.reset(seed=seed)
+            self.envs = make_vec_env(cfg.env, B, self.env_seeds[0])
+            self.obs = reset_vec_env(self.envs, self.env_seeds)
             self.prev_done = np.zeros(B, bool)
             self.ep_return = np.zeros(B, np.float64)
             self.ep_length = np.zeros(B, np.int64)
-            self.next_action: np.ndarray | None = None  # drawn at the end of a rollout (Sarsa)
         self.bad_in_a_row = 0
 
     # ------------------------------------------------------------------ state for checkpoints
@@ -261,7 +304,6 @@ class Worker:
             "prev_done": self.prev_done.copy(),
             "ep_return": self.ep_return.copy(),
             "ep_length": self.ep_length.copy(),
-            "next_action": None if self.next_action is None else self.next_action.copy(),
         }
 
     def _restore(self, state: dict) -> None:
@@ -272,11 +314,10 @@ class Worker:
         self.prev_done = state["prev_done"]
         self.ep_return = state["ep_return"]
         self.ep_length = state["ep_length"]
-        self.next_action = state["next_action"]
 
     # ------------------------------------------------------------------ the loop
-    def run(self) -> dict | None:
-        cfg, store, algo, buf = self.cfg, self.store, self.algo, self.buf
+    def run(self) -> WorkerSnapshot | None:
+        cfg, store, buf = self.cfg, self.store, self.buf
         global_step = store.global_step()
         store.alive_and_asked(self)
         while not store.stopping() and global_step < cfg.steps:
@@ -285,73 +326,97 @@ class Worker:
             version = store.pull(self.local, self.target_local)
             finished, length = self.collect(global_step)
             ro = buf.prefix(length)
-            self.check_env_values(ro, global_step)
-
-            loss, _stats = algo.loss(self.model, ro, self.target_model)
-            self.model.zero_grad(set_to_none=True)
-            loss.backward()
-            grad = flat_grad(self.model)
-            norm = clip_grad_norm_(grad, cfg.max_grad_norm)
-            if store.retired():  # a hung worker that wakes up must not push a stale update
-                return None
-            finite = math.isfinite(norm) and math.isfinite(float(loss.detach()))
-            # never let a NaN or inf reach the global parameters
-            global_step = store.push(cfg, grad if finite else None, int(ro.valid.sum()), version)
-            if finite:
-                self.bad_in_a_row = 0
-            else:
-                self.nonfinite(global_step, loss, norm)
-            store.report(finished, global_step)
+            n_valid = int(ro.valid.sum())
+            if n_valid:
+                self.check_env_values(ro, global_step)
+                global_step = self.learn(ro, n_valid, version)
+                if global_step < 0:  # retired while learning
+                    return None
+            # else: a rollout of reset steps only (one env, right after an episode end):
+            # nothing to learn, and a zero gradient would still decay RMSProp's statistics
+            # and move Adam on its momentum, so no update is made at all.
+            if finished or self.stats.due():
+                store.report(finished, self.stats.take(), global_step)
             store.alive_and_asked(self)
         snapshot = store.snapshot(self)
+        if self.stats.sums:
+            store.report([], self.stats.take(), global_step)
         self.envs.close()
         return snapshot
 
+    def learn(self, ro: Rollout, n_valid: int, version: int) -> int:
+        """Loss, gradient, push: the rollout's one asynchronous update. Returns the global
+        step, or -1 if the worker was retired meanwhile."""
+        cfg, store = self.cfg, self.store
+        loss, stats = self.algo.loss(self.model, ro, self.target_model)
+        self.model.zero_grad(set_to_none=True)
+        loss.backward()
+        grad = flat_grad(self.model)
+        norm = clip_grad_norm_(grad, cfg.max_grad_norm)
+        if store.retired():  # a hung worker that wakes up must not push a stale update
+            return -1
+        finite = math.isfinite(norm) and math.isfinite(float(loss.detach()))
+        # never let a NaN or inf reach the global parameters
+        global_step = store.push(grad if finite else None, n_valid, version)
+        if finite:
+            self.bad_in_a_row = 0
+            stats["train/grad_norm"] = norm
+            stats["train/clip_fraction"] = float(0 < cfg.max_grad_norm < norm)
+            self.stats.add(stats)
+        else:
+            self.nonfinite(global_step, loss, norm)
+        return global_step
+
     def collect(self, global_step: int) -> tuple[list[tuple[float, int]], int]:
-        """Fill the rollout buffer; return the finished episodes and the steps taken."""
+        """Fill the rollout buffer; return the finished episodes and the steps taken.
+
+        Episodes are whole *games*: an env may end a training episode earlier (Atari's life
+        loss is terminal for the learner) and say so with ``info["game_over"]``, and may
+        report the raw score of a step (``info["score"]``) where the learning reward is
+        clipped."""
         algo, buf = self.algo, self.buf
-        B = buf.num_envs
         finished: list[tuple[float, int]] = []
         length = self.T
+        algo.begin_rollout(self.model, global_step)
         with torch.no_grad():
             for t in range(self.T):
-                buf.obs[t] = self.obs.reshape(B, -1)
+                buf.obs[t] = self.obs
                 valid = ~self.prev_done
                 buf.valid[t] = valid
-                if self.next_action is not None:
-                    action, self.next_action = self.next_action, None
-                else:
-                    action = algo.act(self.model, self.obs_t[t], global_step, self.rng)
-                self.obs, reward, term, trunc, _ = self.envs.step(action)
+                action = algo.act(self.model, self.obs_t[t], global_step, self.rng)
+                self.obs, reward, term, trunc, info = self.envs.step(action)
                 done = term | trunc
                 buf.actions[t] = action
                 buf.rewards[t] = reward * valid
                 buf.terminated[t] = term
                 buf.ends[t] = done
-                self.ep_return += buf.rewards[t]
+                score = info.get("score")
+                self.ep_return += (reward if score is None else score) * valid
                 self.ep_length += valid
                 self.prev_done = done
                 if done.any():
-                    for i in np.flatnonzero(done):
+                    game_over = info.get("game_over", done)
+                    for i in np.flatnonzero(game_over):
                         finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
-                    self.ep_return[done] = 0.0
-                    self.ep_length[done] = 0
+                    self.ep_return[game_over] = 0.0
+                    self.ep_length[game_over] = 0
                     if algo.update_at_episode_end:
                         length = t + 1
                         break
-            buf.obs[length] = self.obs.reshape(B, -1)
-            if algo.needs_next_action:
-                self.next_action = algo.act(self.model, self.obs_t[length], global_step, self.rng)
-                buf.next_actions[:] = self.next_action
+            buf.obs[length] = self.obs
+            algo.end_rollout(self.model, buf.prefix(length), global_step, self.rng)
         return finished, length
 
     def check_env_values(self, ro: Rollout, global_step: int) -> None:
         # One check per rollout, not per step: cheap on the hot path, exact in what it reports.
-        for name, values in (("observation", ro.obs), ("reward", ro.rewards)):
+        # Integer and bool observations cannot be non-finite.
+        checks = [("reward", ro.rewards)]
+        if np.issubdtype(ro.obs.dtype, np.floating):
+            checks.insert(0, ("observation", ro.obs))
+        for name, values in checks:
             if not np.isfinite(values).all():
-                t, env = np.argwhere(~np.isfinite(values.reshape(len(values), ro.num_envs, -1)))[0][
-                    :2
-                ]
+                bad = ~np.isfinite(values.reshape(len(values), ro.num_envs, -1))
+                t, env = np.argwhere(bad)[0][:2]
                 raise EnvFault(
                     f"{self.cfg.env} returned a non-finite {name} to worker {self.wid} "
                     f"(env {env}, step {t} of the rollout ending at global step {global_step})"

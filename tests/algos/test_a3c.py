@@ -8,16 +8,15 @@ import torch
 
 from asyncrl.algos.a3c import A3C
 from asyncrl.config import Config
-from asyncrl.envs import EnvInfo
+from asyncrl.envs import ActionSpace, EnvInfo
 from asyncrl.rollout import Rollout
 
-INFO = EnvInfo(
-    "Test-v0", obs_dim=2, obs_shape=(2,), n_actions=2, reward_threshold=None, max_episode_steps=None
-)
+INFO = EnvInfo("Test-v0", obs_shape=(2,), obs_dtype="float32", action=ActionSpace("discrete", 2))
 
 
 def make(value_bias=0.0, **cfg):
-    cfg = Config(gamma=0.5, hidden=(4,), **cfg)
+    # t_max = the rollouts' length: the loss divides by t_max x envs
+    cfg = Config(gamma=0.5, hidden=(4,), **{"t_max": 2, **cfg})
     algo = A3C(cfg, INFO)
     from asyncrl.models import build_model
 
@@ -31,7 +30,7 @@ def make(value_bias=0.0, **cfg):
 
 def rollout(rewards, ends=None, terminated=None, valid=None, actions=None):
     T = len(rewards)
-    ro = Rollout.empty(T, 1, 2)
+    ro = Rollout.empty(T, 1, (2,))
     ro.rewards[:, 0] = rewards
     ro.ends[:, 0] = ends if ends is not None else False
     ro.terminated[:, 0] = terminated if terminated is not None else False
@@ -45,9 +44,9 @@ def test_loss_by_hand():
     algo, model = make(entropy_coef=0.01, value_coef=0.5)
     loss, stats = algo.loss(model, rollout([1.0, 1.0]))
     log2 = math.log(2)
-    assert stats["policy_loss"] == pytest.approx(log2 * 1.25, rel=1e-5)
-    assert stats["value_loss"] == pytest.approx((1.5**2 + 1.0) / 2, rel=1e-5)
-    assert stats["entropy"] == pytest.approx(log2, rel=1e-5)
+    assert stats["loss/policy_loss"] == pytest.approx(log2 * 1.25, rel=1e-5)
+    assert stats["loss/value_loss"] == pytest.approx((1.5**2 + 1.0) / 2, rel=1e-5)
+    assert stats["loss/entropy"] == pytest.approx(log2, rel=1e-5)
     assert float(loss.detach()) == pytest.approx(log2 * 1.25 + 0.5 * 1.625 - 0.01 * log2, rel=1e-5)
 
 
@@ -55,17 +54,17 @@ def test_bootstrap_from_value_and_terminal_does_not():
     algo, model = make(value_bias=2.0)
     # returns [1 + .5*(1 + .5*2), 1 + .5*2] = [2, 2] = V: no advantage, no value error
     _, stats = algo.loss(model, rollout([1.0, 1.0]))
-    assert stats["value_loss"] == pytest.approx(0.0, abs=1e-10)
+    assert stats["loss/value_loss"] == pytest.approx(0.0, abs=1e-10)
     # terminated at the last step: returns [1.5, 1], errors [-.5, -1]
     _, stats = algo.loss(model, rollout([1.0, 1.0], ends=[False, True], terminated=[False, True]))
-    assert stats["value_loss"] == pytest.approx((0.25 + 1.0) / 2, rel=1e-5)
+    assert stats["loss/value_loss"] == pytest.approx((0.25 + 1.0) / 2, rel=1e-5)
     # truncated at the last step: bootstraps from V(final obs) = 2 again
     _, stats = algo.loss(model, rollout([1.0, 1.0], ends=[False, True], terminated=[False, False]))
-    assert stats["value_loss"] == pytest.approx(0.0, abs=1e-10)
+    assert stats["loss/value_loss"] == pytest.approx(0.0, abs=1e-10)
 
 
 def test_invalid_autoreset_steps_are_masked_out():
-    algo, model = make()
+    algo, model = make(t_max=3)
     full = algo.loss(
         model, rollout([1.0, 1.0, 0.0], ends=[False, True, False], terminated=[False, True, False])
     )[1]
@@ -78,8 +77,10 @@ def test_invalid_autoreset_steps_are_masked_out():
             valid=[True, True, False],
         ),
     )[1]
-    # the reset step (reward 0, return 0 under V = 0) only dilutes the mean when it counts
-    assert masked["value_loss"] == pytest.approx(full["value_loss"] * 3 / 2, rel=1e-5)
+    # the reset step has reward 0 and return 0 under V = 0: counted or masked, it adds nothing,
+    # and masking it does not change the weight of the others (fixed denominator T x B)
+    assert masked["loss/value_loss"] == pytest.approx(full["loss/value_loss"], rel=1e-5)
+    assert masked["loss/entropy"] == pytest.approx(full["loss/entropy"] * 2 / 3, rel=1e-5)
 
 
 def test_entropy_bonus_rewards_entropy():
@@ -97,7 +98,7 @@ def test_entropy_bonus_rewards_entropy():
     with torch.no_grad():
         model.pi_head.bias -= 0.1 * model.pi_head.bias.grad
     _, after = algo.loss(model, ro)
-    assert after["entropy"] > stats["entropy"]
+    assert after["loss/entropy"] > stats["loss/entropy"]
 
 
 def test_advantage_is_detached_from_the_critic():
@@ -109,8 +110,8 @@ def test_advantage_is_detached_from_the_critic():
 
 
 def test_gae_lambda_one_equals_nstep():
-    a1, m1 = make(value_bias=0.3)
-    a2, m2 = make(value_bias=0.3, gae_lambda=1.0)
+    a1, m1 = make(value_bias=0.3, t_max=3)
+    a2, m2 = make(value_bias=0.3, gae_lambda=1.0, t_max=3)
     ro = rollout([1.0, 0.5, 2.0], actions=[0, 1, 1])
     l1, _s1 = a1.loss(m1, ro)
     l2, _s2 = a2.loss(m2, ro)
@@ -118,7 +119,7 @@ def test_gae_lambda_one_equals_nstep():
 
 
 def test_sample_categorical_follows_the_probabilities():
-    from asyncrl.algos.base import sample_categorical
+    from asyncrl.distributions import sample_categorical
 
     rng = np.random.default_rng(0)
     probs = np.tile(np.array([[0.1, 0.6, 0.3]], np.float32), (20000, 1))

@@ -15,12 +15,10 @@ from torch import nn
 
 from asyncrl.algos import REGISTRY
 from asyncrl.config import Config
-from asyncrl.envs import EnvInfo
+from asyncrl.envs import ActionSpace, EnvInfo
 from asyncrl.rollout import Rollout
 
-INFO = EnvInfo(
-    "Test-v0", obs_dim=1, obs_shape=(1,), n_actions=2, reward_threshold=None, max_episode_steps=None
-)
+INFO = EnvInfo("Test-v0", obs_shape=(1,), obs_dtype="float32", action=ActionSpace("discrete", 2))
 
 
 class Table(nn.Module):
@@ -33,18 +31,20 @@ class Table(nn.Module):
 
 
 def batch(terminal=False):
-    ro = Rollout.empty(2, 1, 1)
+    ro = Rollout.empty(2, 1, (1,))
     ro.obs[:, 0, 0] = [0, 1, 2]
     ro.actions[:, 0] = [0, 1]
     ro.rewards[:, 0] = [1.0, 2.0]
     ro.valid[:] = True
     ro.ends[1, 0] = ro.terminated[1, 0] = terminal
-    ro.next_actions[:] = 0
     return ro
 
 
 def loss_and_targets(algo_name, ro, **cfg):
-    algo = REGISTRY[algo_name](Config(gamma=0.5, **cfg), INFO)
+    # rollouts of 2 steps: the losses divide by t_max (or async_update) x envs = 2
+    algo = REGISTRY[algo_name](Config(gamma=0.5, **{"t_max": 2, "async_update": 2, **cfg}), INFO)
+    algo.start_worker(0, np.random.default_rng(0))
+    algo.pending = np.zeros(1, np.int64)  # Sarsa's next action at s2 (ignored by the others)
     online = Table([[0.0, 0.0]] * 3)
     target = Table([[0.0, 0.0], [4.0, 1.0], [3.0, 5.0]])
     target.requires_grad_(False)
@@ -128,3 +128,26 @@ def test_epsilon_greedy_actions():
         algo.cfg.eps_start = 1.0
         random = algo.act(q, obs, 0, rng)
     assert 0.3 < (random != greedy).mean() < 0.7  # uniform: half disagree with greedy
+
+
+@pytest.mark.parametrize("algo_name", ["onestep-q", "onestep-sarsa"])
+def test_a_transition_weighs_the_same_in_a_rollout_cut_short(algo_name):
+    # I_AsyncUpdate = 5: a rollout cut short at an episode end after 1 transition and a longer
+    # one must give the first transition the same gradient (1/(5 x envs) each), not 5x more
+    def grad_of_first(ro):
+        algo = REGISTRY[algo_name](Config(gamma=0.5, async_update=5), INFO)
+        algo.start_worker(0, np.random.default_rng(0))
+        algo.pending = np.zeros(1, np.int64)
+        online = Table([[0.0, 0.0]] * 3)
+        target = Table([[0.0, 0.0], [4.0, 1.0], [3.0, 5.0]])
+        loss, _ = algo.loss(online, ro, target)
+        loss.backward()
+        return float(online.q.grad[0, 0])
+
+    short = batch(terminal=False).prefix(1)
+    short.ends[0, 0] = True  # the episode ended (truncated) after one step
+    long = batch(terminal=False)
+    long.ends[0, 0] = True
+    long.actions[1, 0] = 0  # Sarsa: the action taken at s1 is the pending one, as in `short`
+    assert grad_of_first(short) == pytest.approx(grad_of_first(long))
+    assert grad_of_first(short) == pytest.approx(-2 * (1 + 0.5 * 4) / 5)

@@ -1,9 +1,16 @@
 """What every algorithm provides to the one worker loop. The loop never branches on the algorithm;
-the algorithm never knows which backend runs it."""
+the algorithm never knows which backend runs it.
+
+An :class:`Algorithm` instance lives in one worker: its attributes are that worker's algorithm
+state (the Q-learners' exploration draw, Sarsa's pending next action, a recurrent state), set
+up in :meth:`start_worker`, carried across rollouts through the hooks :meth:`begin_rollout` and
+:meth:`end_rollout`, and checkpointed through :meth:`worker_state`.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -23,9 +30,8 @@ class Algorithm(ABC):
     uses_target_network: bool = False
     #: apply the update as soon as an episode ends instead of after the full rollout
     update_at_episode_end: bool = False
-    #: the loss needs the action taken at the state after the rollout (Sarsa): the worker draws
-    #: it at the end of the rollout and takes it first in the next one
-    needs_next_action: bool = False
+    #: action space kinds the algorithm takes
+    action_kinds: tuple[str, ...] = ("discrete",)
 
     def __init__(self, cfg: Config, info: EnvInfo):
         self.cfg = cfg
@@ -38,36 +44,74 @@ class Algorithm(ABC):
         """Steps per update: t_max (the one-step methods use their I_AsyncUpdate)."""
         return self.cfg.t_max
 
-    def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:  # noqa: B027
-        """Per-worker state (the Q-learners' exploration schedule); nothing by default."""
+    def loss_denominator(self, rollout: Rollout) -> float:
+        """Every transition weighs the same: losses are divided by the *full* rollout length
+        times the envs, not by the transitions this rollout happens to hold, so one cut short
+        at an episode end (one-step methods) or holding reset steps counts its transitions at
+        the same weight as any other (the paper sums them; a constant factor is the lr's)."""
+        return float(max(self.rollout_length(), rollout.t_max) * rollout.num_envs)
 
-    def worker_state(self) -> dict:
-        """Per-worker state a checkpoint must hold (see :meth:`start_worker`)."""
+    # ------------------------------------------------------------------ per-worker state
+    def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:  # noqa: B027
+        """Set up this worker's algorithm state; nothing by default."""
+
+    def worker_state(self) -> dict[str, Any]:
+        """This worker's algorithm state, for a checkpoint."""
         return {}
 
-    def load_worker_state(self, state: dict) -> None:  # noqa: B027
+    def load_worker_state(self, state: dict[str, Any]) -> None:  # noqa: B027
         pass
 
+    def begin_rollout(self, model: nn.Module, global_step: int) -> None:  # noqa: B027
+        """Called before the first step of a rollout (a recurrent state is stored here)."""
+
+    def end_rollout(  # noqa: B027
+        self, model: nn.Module, rollout: Rollout, global_step: int, rng: np.random.Generator
+    ) -> None:
+        """Called after the last step, with ``rollout.obs[-1]`` the state after it; under
+        no_grad, before :meth:`loss`."""
+
+    # ------------------------------------------------------------------ acting and learning
     @abstractmethod
     def act(
         self, model: nn.Module, obs: torch.Tensor, global_step: int, rng: np.random.Generator
     ) -> np.ndarray:
-        """Behaviour actions for a batch of observations ``(B, obs_dim)``; runs under no_grad."""
+        """Behaviour actions for a batch of observations ``(B, *obs_shape)``; under no_grad."""
 
     @abstractmethod
     def loss(
         self, model: nn.Module, rollout: Rollout, target_model: nn.Module | None
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The loss whose gradient is the rollout's accumulated update, and statistics."""
+        """The loss whose gradient is the rollout's accumulated update, and statistics named as
+        in TensorBoard (``loss/...``, ``train/...``)."""
 
     @staticmethod
     @abstractmethod
     def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        """The evaluation policy's actions (argmax) for ``(B, obs_dim)`` observations."""
+        """The evaluation policy's actions (the mode, or argmax Q) for a batch."""
 
 
-def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One sample per row of ``probs`` (B, n) by inverse CDF: cheaper than torch.multinomial
-    at a worker's batch sizes, and seeded by the worker's own generator."""
-    u = rng.random((probs.shape[0], 1), dtype=probs.dtype)
-    return np.minimum((np.cumsum(probs, axis=1) < u).sum(axis=1), probs.shape[1] - 1)
+def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInfo) -> ModelSpec:
+    """The network the config asks for on this env: the encoder from ``--net`` (``auto``: a
+    conv net for images, the A3C paper's for Atari-sized ones, MinAtar's for small ones; an MLP
+    for vectors)."""
+    shape = info.obs_shape
+    image = len(shape) == 3
+    # MinAtar gives (10, 10, C) and Atari frame stacks (4, 84, 84): channels are the short axis
+    channels_last = image and shape[-1] < shape[0]
+    encoder = cfg.net
+    if encoder == "auto":
+        if not image:
+            encoder = "mlp"
+        else:
+            encoder = "minatar" if min(shape[:2] if channels_last else shape[1:]) < 36 else "a3c"
+    return ModelSpec(
+        kind=kind,
+        obs_shape=shape,
+        obs_dtype=info.obs_dtype,
+        action=info.action,
+        hidden=cfg.hidden_sizes,
+        shared_trunk=cfg.shared_trunk if cfg.shared_trunk is not None else image,
+        encoder=encoder,
+        channels_last=channels_last,
+    )

@@ -1,8 +1,10 @@
 """Asynchronous one-step Q-learning (Mnih et al., 2016, Algorithm S1).
 
-y = r + gamma max_a' Q(s', a'; theta^-) (r alone at a terminal s'). Gradients of the
-transitions of ``async_update`` steps are summed and applied together, or sooner at an episode
-end (I_AsyncUpdate in the paper).
+y = r + gamma max_a' Q(s', a'; theta^-) (r alone at a terminal s'). The gradients of the
+transitions of ``async_update`` steps are accumulated and applied together, or sooner at an
+episode end (I_AsyncUpdate in the paper): the accumulated gradient is that of the summed loss,
+taken in one batched backward pass (tests/test_optim.py checks the two are equal), divided by
+``async_update`` x envs so that every transition weighs the same however short the rollout.
 """
 
 from __future__ import annotations

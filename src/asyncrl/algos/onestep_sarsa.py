@@ -2,12 +2,14 @@
 
 As one-step Q-learning, but the target bootstraps from the action actually taken next:
 y = r + gamma Q(s', a'; theta^-). The a' of the last step of a rollout is drawn at the end of
-the rollout and is the first action the worker takes in the next one.
+the rollout (:meth:`end_rollout`), kept as this worker's pending action, and is the first
+action the worker takes in the next rollout.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from asyncrl.algos.qlearning import ValueBased
 
@@ -15,7 +17,18 @@ from asyncrl.algos.qlearning import ValueBased
 class OneStepSarsa(ValueBased):
     name = "onestep-sarsa"
     update_at_episode_end = True
-    needs_next_action = True
+
+    def start_worker(self, worker_id, rng):
+        super().start_worker(worker_id, rng)
+        self.pending: np.ndarray | None = None  # a' at the state after the last rollout
+
+    def worker_state(self) -> dict:
+        pending = None if self.pending is None else self.pending.copy()
+        return {**super().worker_state(), "pending": pending}
+
+    def load_worker_state(self, state: dict) -> None:
+        super().load_worker_state(state)
+        self.pending = state["pending"]
 
     def rollout_length(self) -> int:
         return self.cfg.async_update
@@ -23,6 +36,16 @@ class OneStepSarsa(ValueBased):
     def horizon(self) -> int:
         return 1
 
+    def act(self, model, obs, global_step, rng):
+        if self.pending is not None:
+            action, self.pending = self.pending, None
+            return action
+        return super().act(model, obs, global_step, rng)
+
+    def end_rollout(self, model, rollout, global_step, rng):
+        self.pending = super().act(model, torch.from_numpy(rollout.obs[-1]), global_step, rng)
+
     def bootstrap(self, target_q, rollout):
-        next_actions = np.concatenate([rollout.actions[1:], rollout.next_actions[None]])
+        assert self.pending is not None
+        next_actions = np.concatenate([rollout.actions[1:], self.pending[None]])
         return np.take_along_axis(target_q, next_actions[..., None], axis=-1)[..., 0]

@@ -3,10 +3,11 @@
 * a Q-network, acting epsilon-greedily; each worker anneals epsilon from ``eps_start`` to a
   final value of its own, drawn from {0.1, 0.01, 0.5} with probabilities {0.4, 0.3, 0.3}
   (configurable), so the workers explore differently -- the paper's substitute for replay;
-* a shared target network theta^-, copied from the global parameters every ``target_update``
-  global steps (by whichever worker crosses the boundary);
-* the loss (y_t - Q(s_t, a_t; theta))^2 over the valid transitions of the rollout, with targets
-  y_t from :func:`asyncrl.targets.nstep_returns` and the bootstrap value each subclass picks.
+* a shared target network theta^-, copied from the global parameters once every
+  ``target_update`` global steps (:meth:`asyncrl.state.GlobalState.apply_update`);
+* the loss (y_t - Q(s_t, a_t; theta))^2 summed over the valid transitions of the rollout and
+  divided by the rollout's full size (every transition weighs the same), with targets y_t from
+  :func:`asyncrl.targets.nstep_returns` and the bootstrap value each subclass picks.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from asyncrl.algos.base import Algorithm
+from asyncrl.algos.base import Algorithm, model_spec_for
 from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 from asyncrl.targets import nstep_returns
@@ -27,16 +28,12 @@ class ValueBased(Algorithm):
     uses_target_network = True
 
     def model_spec(self) -> ModelSpec:
-        return ModelSpec(
-            kind="q",
-            obs_dim=self.info.obs_dim,
-            n_actions=self.info.n_actions,
-            hidden=self.cfg.hidden_sizes,
-        )
+        return model_spec_for(self.cfg, "q", self.info)
 
     def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:
         cfg = self.cfg
         self.eps_final = float(rng.choice(cfg.eps_finals, p=cfg.eps_probs))
+        self.last_epsilon = cfg.eps_start
 
     def worker_state(self) -> dict:
         return {"eps_final": self.eps_final}
@@ -51,7 +48,8 @@ class ValueBased(Algorithm):
 
     def act(self, model, obs, global_step, rng):
         actions = model(obs).argmax(-1).numpy()
-        explore = rng.random(actions.shape[0]) < self.epsilon(global_step)
+        self.last_epsilon = eps = self.epsilon(global_step)
+        explore = rng.random(actions.shape[0]) < eps
         if explore.any():
             actions[explore] = rng.integers(self.info.n_actions, size=int(explore.sum()))
         return actions
@@ -71,11 +69,11 @@ class ValueBased(Algorithm):
     def loss(self, model, rollout: Rollout, target_model=None):
         assert target_model is not None, "the Q methods bootstrap from the target network"
         T, B = rollout.t_max, rollout.num_envs
-        obs = rollout.obs_tensor().view(T + 1, B, -1)
-        q_sa = model(obs[:T]).gather(-1, torch.from_numpy(rollout.actions).unsqueeze(-1))
-        q_sa = q_sa.squeeze(-1)
+        obs = rollout.obs_tensor().unflatten(0, (T + 1, B))
+        q = model(obs[:T].flatten(0, 1)).unflatten(0, (T, B))
+        q_sa = q.gather(-1, rollout.actions_tensor().unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():  # theta^- never receives gradients
-            target_q = target_model(obs[1:]).numpy()
+            target_q = target_model(obs[1:].flatten(0, 1)).unflatten(0, (T, B)).numpy()
         targets = nstep_returns(
             rollout.rewards,
             self.bootstrap(target_q, rollout),
@@ -88,5 +86,10 @@ class ValueBased(Algorithm):
         assert targets.shape == (T, B), targets.shape
         mask = torch.from_numpy(rollout.valid).float()
         td = torch.from_numpy(targets) - q_sa
-        loss = (td.pow(2) * mask).sum() / mask.sum().clamp(min=1.0)
-        return loss, {"q_loss": float(loss.detach())}
+        loss = (td.pow(2) * mask).sum() / self.loss_denominator(rollout)
+        max_q = (q.detach().max(-1).values * mask).sum() / mask.sum().clamp(min=1.0)
+        return loss, {
+            "loss/q_loss": float(loss.detach()),
+            "train/mean_max_q": float(max_q),
+            "train/epsilon": self.last_epsilon,
+        }

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
+from asyncrl.messages import Message
+
 
 def _process_main(target: Any, args: tuple) -> None:
     # Ctrl-C reaches the whole process group: the main process alone decides how to stop (it
@@ -35,7 +37,7 @@ class ProcessBackend:
         # Windows) re-imports it in every worker. Shared tensors travel either way.
         if start_method is None:
             start_method = "fork" if sys.platform == "linux" else "spawn"
-        self.ctx = mp.get_context(start_method)
+        self.ctx: Any = mp.get_context(start_method)
         self.procs: dict[int, Any] = {}
         self.readers: dict[int, Any] = {}
 
@@ -55,9 +57,9 @@ class ProcessBackend:
         self.procs[worker_id] = p
         self.readers[worker_id] = reader
 
-    def receive(self, timeout: float) -> list[tuple]:
-        msgs = []
-        ready = wait(list(self.readers.values()), timeout)
+    def receive(self, timeout: float) -> list[Message]:
+        msgs: list[Message] = []
+        ready: list[Any] = wait(list(self.readers.values()), timeout)
         for reader in ready:
             try:
                 while reader.poll():

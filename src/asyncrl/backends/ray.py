@@ -26,6 +26,7 @@ Checkpoints hold the server's global state; workers resume with fresh env state.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import time
 from typing import Any
@@ -35,13 +36,25 @@ import torch
 
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
+from asyncrl.messages import (
+    Done,
+    Episodes,
+    Failed,
+    GlobalSnapshot,
+    Lost,
+    Message,
+    StatSums,
+    WorkerSnapshot,
+)
 from asyncrl.models import ModelSpec
-from asyncrl.optim import make_optimizer
+from asyncrl.state import EPISODES, NONFINITE, STEPS, GlobalState
+from asyncrl.supervisor import ServerLost
+from asyncrl.worker import Diverged, Worker, _current
 
 try:
     import ray
 except ImportError:  # pragma: no cover - the extra is not installed
-    ray = None
+    ray = None  # type: ignore[assignment]
 
 
 SERVER_NAME = "asyncrl-parameter-server"
@@ -61,95 +74,76 @@ def require_ray() -> Any:
 class ParameterServer:
     """Global parameters, shared optimizer, counters and the episode stream (one Ray actor)."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        params: np.ndarray,
-        optimizer_state: dict | None,
-        target: np.ndarray | None,
-        steps: int,
-        episodes: int,
-    ):
-        torch.set_num_threads(1)
+    def __init__(self, cfg: Config, snap: GlobalSnapshot):
+        from asyncrl.worker import limit_threads
+
+        limit_threads()
         self.cfg = cfg
-        self.params = torch.from_numpy(params.copy())
-        self.optimizer = make_optimizer(cfg.optimizer, self.params, cfg.lr, cfg.rms_alpha, cfg.eps)
-        if optimizer_state:
-            self.optimizer.load_state_dict(
-                {k: torch.from_numpy(v.copy()) for k, v in optimizer_state.items()}
-            )
-        self.target = None if target is None else torch.from_numpy(target.copy())
-        self.steps, self.episodes, self.version = steps, episodes, 0
-        self.stream: list[tuple[int, list]] = []
+        self.state = GlobalState.from_snapshot(cfg, snap)
+        self.version = 0
+        self.stream: list[Episodes] = []
         self.lags: collections.Counter[int] = collections.Counter()
+        self.lag_sum, self.lag_count = 0, 0  # since the last drain: the policy lag statistic
         self.dropped = 0
-        self.nonfinite = 0
         self.stop = False
 
+    @property
+    def steps(self) -> int:
+        return self.state.steps()
+
     def pull(self, want_target: bool) -> tuple:
-        target = self.target.numpy() if (want_target and self.target is not None) else None
-        return self.version, self.params.numpy(), target, self.steps, self.stop
+        target = self.state.target_params
+        target_np = target.numpy() if (want_target and target is not None) else None
+        return self.version, self.state.params.numpy(), target_np, self.steps, self.stop
 
     def push(self, grad: np.ndarray | None, version: int, n_steps: int, worker: int) -> int:
-        from asyncrl.worker import apply_update
-
-        self.steps += n_steps
+        counters = self.state.counters
+        counters[STEPS, 0] += n_steps
         if grad is None:
-            self.nonfinite += 1
+            counters[NONFINITE, 0] += 1
             return self.steps
         lag = self.version - version
         self.lags[lag] += 1
+        self.lag_sum, self.lag_count = self.lag_sum + lag, self.lag_count + 1
         if self.cfg.max_staleness is not None and lag > self.cfg.max_staleness:
             self.dropped += 1
             return self.steps
-        apply_update(
-            self.cfg,
-            self.optimizer,
-            self.params,
-            self.target,
-            torch.tensor(grad),  # Ray hands back read-only arrays
-            self.steps,
-            n_steps,
-        )
+        # a copy: Ray hands back read-only arrays
+        self.state.apply_update(self.cfg, torch.tensor(grad), self.steps)
         self.version += 1
         return self.steps
 
     def push_pull(
-        self, grads: np.ndarray, meta: list, finished: list, worker: int, want_target: bool
+        self, grads: np.ndarray, meta: list, reports: list, worker: int, want_target: bool
     ) -> tuple:
         """A worker's one call per ``--ray-batch`` rollouts: their gradients (rows of one
         contiguous array; ``meta`` holds (finite, version, env steps) per row), each applied as
-        an update of its own, and the episodes finished in, the current parameters out."""
+        an update of its own, and the reports of those rollouts (episodes and statistics) in;
+        the current parameters out."""
         for row, (finite, version, n_steps) in enumerate(meta):
             self.push(grads[row] if finite else None, version, n_steps, worker)
-        if finished:
-            self.report(worker, finished)
+        for finished, stats, step in reports:
+            self.state.counters[EPISODES, 0] += len(finished)
+            self.stream.append(Episodes(worker, finished, step, stats))
         return self.pull(want_target)
 
-    def report(self, worker: int, finished: list) -> None:
-        """Episodes as (return, length, global step at the end of their rollout)."""
-        self.episodes += len(finished)
-        self.stream.append((worker, finished))
-
-    def drain(self) -> tuple[list, int]:
+    def drain(self) -> tuple[list[Episodes], int]:
+        """The reports since the last drain (the policy lag's mean among them) and the step."""
         out, self.stream = self.stream, []
+        if self.lag_count:
+            lag = {"train/policy_lag": (float(self.lag_sum), self.lag_count)}
+            out.append(Episodes(-1, [], self.steps, lag))
+            self.lag_sum, self.lag_count = 0, 0
         return out, self.steps
 
     def set_stop(self) -> None:
         self.stop = True
 
-    def state(self) -> dict:
-        return {
-            "params": self.params.numpy().copy(),
-            "optimizer": {k: v.numpy().copy() for k, v in self.optimizer.state_dict().items()},
-            "target_params": None if self.target is None else self.target.numpy().copy(),
-            "steps": self.steps,
-            "episodes": self.episodes,
-            "lags": dict(self.lags),
-            "dropped": self.dropped,
-            "nonfinite": self.nonfinite,
-            "version": self.version,
-        }
+    def snapshot(self) -> GlobalSnapshot:
+        return self.state.snapshot()
+
+    def statistics(self) -> dict[str, Any]:
+        return {"lags": dict(self.lags), "dropped": self.dropped, "version": self.version}
 
 
 class RayStore:
@@ -178,7 +172,7 @@ class RayStore:
         self.inflight: list[tuple[Any, int]] = []  # (ref, env steps it carries), oldest first
         self.grads: np.ndarray | None = None  # (batch, n) rows of gradients not sent yet
         self.pushes: list[tuple] = []  # (finite, version, env steps) of each row
-        self.finished: list = []
+        self.reports: list[tuple[list, StatSums, int]] = []
         self.wants_target = False
 
     def global_step(self) -> int:
@@ -192,11 +186,11 @@ class RayStore:
 
     def _call(self) -> None:
         pushes, self.pushes = self.pushes, []
-        finished, self.finished = self.finished, []
+        reports, self.reports = self.reports, []
         # One contiguous array for the batch: Ray copies it when the call is made (one buffer
         # to serialize rather than one per gradient), so the rows are free again after this.
         grads = None if self.grads is None else self.grads[: len(pushes)]
-        call = self.server.push_pull.remote(grads, pushes, finished, self.wid, self.wants_target)
+        call = self.server.push_pull.remote(grads, pushes, reports, self.wid, self.wants_target)
         self.inflight.append((call, sum(n for *_, n in pushes)))
 
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
@@ -222,30 +216,31 @@ class RayStore:
             target_local.numpy()[:] = target
         return self.version
 
-    def push(self, cfg: Config, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
+    def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
         if self.grads is None and grad is not None:
             self.grads = np.empty((self.batch, grad.numel()), np.float32)
-        if grad is not None:  # a copy: the gradient buffer is overwritten by the next backward
+        if grad is not None and self.grads is not None:
+            # a copy: the gradient buffer is overwritten by the next backward
             self.grads[len(self.pushes)] = grad.numpy()
         self.pushes.append((grad is not None, version, n_steps))
         self.steps += n_steps
         return self.steps
 
-    def report(self, finished: list, global_step: int) -> None:
-        self.finished.extend((ret, length, global_step) for ret, length in finished)
+    def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None:
+        self.reports.append((finished, stats, step))
 
     def nonfinite(self, global_step: int, what: str) -> None:
         pass  # counted by the server (a push without a gradient)
 
-    def alive_and_asked(self, worker: Any) -> None:
+    def alive_and_asked(self, worker: Worker) -> None:
         pass
 
     def flush(self) -> None:
         """Send what is not sent yet, without waiting (the loop is ending or failing)."""
-        if self.pushes or self.finished:
+        if self.pushes or self.reports:
             self._call()
 
-    def snapshot(self, worker: Any) -> None:
+    def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
         # the loop's last call: deliver what is not sent yet and wait for every call
         self.flush()
         ray.get([ref for ref, _ in self.inflight])
@@ -257,8 +252,6 @@ class WorkerActor:
     """One actor-learner on some node of the cluster, running the shared Worker loop."""
 
     def __init__(self, wid: int, cfg: Config, info: EnvInfo, server: str):
-        os.environ["OMP_NUM_THREADS"] = "1"
-        torch.set_num_threads(1)
         # The server by name, not by handle: a handle among the constructor arguments lives in
         # the object store, and Ray warns that a restart could then fail.
         self.wid, self.cfg, self.info = wid, cfg, info
@@ -268,8 +261,6 @@ class WorkerActor:
         return ray.get_runtime_context().get_node_id()
 
     def run(self, incarnation: int) -> str:
-        from asyncrl.worker import Worker, _current
-
         _current.worker_id = self.wid
         # A restarted actor starts from fresh env state: another stream of the same seed.
         store = RayStore(self.server, self.wid, self.cfg.ray_pipeline, self.cfg.ray_batch)
@@ -309,103 +300,134 @@ def cluster_cpus() -> int:
 
 
 class RayRun:
-    """The trainer's handle on a Ray run: server, workers, restarts."""
+    """A run on a Ray cluster: the global state moves to a parameter-server actor (and comes
+    back at the end), workers are actors that Ray restarts when they die."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        info: EnvInfo,
-        spec: ModelSpec,
-        n: int,
-        params: torch.Tensor,
-        optimizer_state: dict | None,
-        target: torch.Tensor | None,
-        steps: int,
-        episodes: int,
-    ):
-        self.cfg, self.n = cfg, n
+    def __init__(self, cfg: Config, info: EnvInfo, spec: ModelSpec, state: GlobalState):
+        self.cfg, self.info, self.state = cfg, info, state
+        self.workers = state.counters.shape[1]
         server_cls = ray.remote(num_cpus=0, max_restarts=0)(ParameterServer)
         # named, so that operators (and the fault tests) can find it: ray.get_actor(name)
-        name = f"{SERVER_NAME}-{os.getpid()}-{id(self):x}"
-        self.server = server_cls.options(name=name).remote(
-            cfg,
-            params.numpy().copy(),
-            optimizer_state,
-            None if target is None else target.numpy().copy(),
-            steps,
-            episodes,
-        )
-        worker_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(WorkerActor)
-        self.workers = [worker_cls.remote(w, cfg, info, name) for w in range(n)]
-        self.incarnation = [0] * n
+        self.name = f"{SERVER_NAME}-{os.getpid()}-{id(self):x}"
+        self.server: Any = server_cls.options(name=self.name).remote(cfg, state.snapshot())
+        self.actors: list[Any] = []
+        self.incarnations = [0] * self.workers
         # In flight per worker: its loop ("run") or, after a death, a ping that waits until Ray
         # has restarted the actor (calls to a restarting actor fail as unavailable).
-        self.runs: dict[Any, tuple[int, str]] = {
-            self.workers[w].run.remote(0): (w, "run") for w in range(n)
-        }
+        self.calls: dict[Any, tuple[int, str]] = {}
         self.nodes: set[str] = set()
-        self.restarts = 0
+        self.steps = state.steps()
+        self.stats: dict[str, Any] = {"lags": {}, "dropped": 0}
 
-    def poll(self, timeout: float) -> tuple[list, int, list[str]]:
-        """Episodes and global step from the server; worker events (restarts) as messages."""
-        events = []
-        # First the server: if it is dead this raises, and the workers' failures that follow
-        # from it are not counted as worker faults.
-        stream, steps = self.drain()
-        ready, _ = ray.wait(list(self.runs), timeout=timeout, num_returns=len(self.runs))
-        for ref in ready:
-            w, kind = self.runs.pop(ref)
-            try:
-                node = ray.get(ref)
-            except ray.exceptions.RayActorError as e:  # the actor process is gone
-                if kind == "ping":  # still restarting: ask again
-                    time.sleep(0.05)
-                    self.runs[self.workers[w].node.remote()] = (w, "ping")
-                    continue
-                self.fault(w, f"died ({type(e).__name__}); Ray is restarting it", events)
-                self.runs[self.workers[w].node.remote()] = (w, "ping")
-                continue
-            except ray.exceptions.RayTaskError as e:  # its env or learner raised
-                cause = getattr(e, "cause", None) or e
-                self.fault(w, f"failed: {type(cause).__name__}: {cause}", events)
-                kind = "ping"  # the actor is alive: start its loop again at once
-            if kind == "ping":  # restarted: its loop starts again with fresh env state
-                self.incarnation[w] += 1
-                self.runs[self.workers[w].run.remote(self.incarnation[w])] = (w, "run")
-            else:
-                self.nodes.add(node)
-        return stream, steps, events
+    def start(self, states: dict[int, dict]) -> None:
+        # Workers resume with fresh env state: the checkpoint holds the server's state only.
+        worker_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(WorkerActor)
+        self.actors = [
+            worker_cls.remote(w, self.cfg, self.info, self.name) for w in range(self.workers)
+        ]
+        for w in range(self.workers):
+            self.calls[self.actors[w].run.remote(0)] = (w, "run")
 
-    def drain(self) -> tuple[list, int]:
-        """The episodes the server received since the last drain, and the global step."""
-        return ray.get(self.server.drain.remote())
+    def incarnation(self, wid: int) -> int:
+        return self.incarnations[wid]
 
-    def fault(self, w: int, what: str, events: list[str]) -> None:
-        self.restarts += 1
-        events.append(f"worker {w} {what}")
-        if self.restarts > self.cfg.max_worker_restarts:
-            raise RuntimeError(
-                f"worker {w} {what.split(';')[0]}; that is {self.restarts} worker faults, over "
-                f"the limit of --max-worker-restarts {self.cfg.max_worker_restarts}"
-            )
+    def _server(self, call: Any) -> Any:
+        try:
+            return ray.get(call)
+        except ray.exceptions.RayActorError as e:
+            raise ServerLost(type(e).__name__) from None
 
-    def done(self) -> bool:
-        return not self.runs
+    def receive(self, timeout: float) -> list[Message]:
+        msgs: list[Message] = []
+        if self.calls:
+            ready, _ = ray.wait(list(self.calls), timeout=timeout, num_returns=len(self.calls))
+            for ref in ready:
+                msgs.extend(self._returned(ref))
+        # The server after the workers: a loop's last call completes before the loop returns,
+        # so its episodes are in this drain; and if the server is dead this raises, before the
+        # workers' failures that follow from it could count as worker faults.
+        stream, self.steps = self._server(self.server.drain.remote())
+        return [*stream, *msgs]
+
+    def _returned(self, ref: Any) -> list[Message]:
+        w, kind = self.calls.pop(ref)
+        inc = self.incarnations[w]
+        try:
+            node = ray.get(ref)
+        except ray.exceptions.RayActorError as e:  # the actor process is gone
+            if kind == "ping":  # still restarting: ask again
+                time.sleep(0.05)
+                self.calls[self.actors[w].node.remote()] = (w, "ping")
+                return []
+            return [Lost(w, f"died ({type(e).__name__}); Ray restarts the actor")]
+        except ray.exceptions.RayTaskError as e:  # its env or learner raised
+            cause = getattr(e, "cause", None) or e
+            text = f"{type(cause).__name__}: {cause}"
+            return [Failed(w, inc, text, str(e), isinstance(cause, Diverged))]
+        if kind == "ping":  # restarted: its loop starts again with fresh env state
+            self.calls[self.actors[w].run.remote(inc)] = (w, "run")
+            return []
+        self.nodes.add(node)
+        return [Done(w, inc, None)]
+
+    def restart(self, wid: int) -> None:
+        # A dead actor is being restarted by Ray: wait for it with a ping; a live one (its
+        # loop raised) answers the ping at once.
+        self.incarnations[wid] += 1
+        self.calls[self.actors[wid].node.remote()] = (wid, "ping")
+
+    def retire(self, wid: int) -> None:
+        self.incarnations[wid] += 1
+        for ref, (w, _) in list(self.calls.items()):
+            if w == wid:
+                del self.calls[ref]
+        ray.kill(self.actors[wid], no_restart=True)
+
+    def global_step(self) -> int:
+        return self.steps
+
+    def request_snapshots(self) -> tuple[int, set[int]]:
+        return 0, set()  # the server's state is read at once
+
+    def checkpoint_state(self, workers: dict[int, WorkerSnapshot]) -> GlobalSnapshot:
+        return self._spread(self._server(self.server.snapshot.remote()))
+
+    def _spread(self, snap: GlobalSnapshot) -> GlobalSnapshot:
+        """The server counts in one column; the checkpoint has one per worker."""
+        counters = np.zeros((3, self.workers), np.int64)
+        counters[:, :1] = snap.counters
+        return dataclasses.replace(snap, counters=counters)
 
     def stop(self) -> None:
         self.server.set_stop.remote()
 
-    def state(self) -> dict:
-        return ray.get(self.server.state.remote())
+    def finish(self, workers: dict[int, WorkerSnapshot]) -> GlobalSnapshot:
+        self.stop()
+        deadline = time.monotonic() + 10.0
+        while self.calls and time.monotonic() < deadline:
+            self.receive(0.2)  # the loops' last calls deliver their steps and episodes
+        glob = self.checkpoint_state(workers)
+        self.stats = self._server(self.server.statistics.remote())
+        for actor in [*self.actors, self.server]:
+            ray.kill(actor)
+        return glob
+
+    def closing(self) -> tuple[dict[str, Any], list[str]]:
+        stats = self.stats
+        summary = {"lags": stats["lags"], "dropped": stats["dropped"], "nodes": len(self.nodes)}
+        return summary, [staleness_line(stats["lags"], stats["dropped"])]
 
 
-def wait_for_workers(run: RayRun, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not run.done() and time.monotonic() < deadline:
-        try:
-            run.poll(0.2)
-        except RuntimeError:  # more worker faults while stopping: nothing left to restart for
-            return
+def staleness_line(lags: dict[int, int], dropped: int) -> str:
+    """The distribution of gradient staleness (versions behind) in one line."""
+    if not lags:
+        return "staleness: no gradient applied"
+    values = np.repeat(np.array(list(lags), dtype=float), list(lags.values()))
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return (
+        f"staleness (parameter versions behind) of {values.size:,} gradients: median {p50:g}, "
+        f"p90 {p90:g}, p99 {p99:g}, max {values.max():g}; dropped {dropped:,}"
+    )
 
 
 __all__ = ["RayRun", "cluster_cpus", "start_ray"]

@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Any
 
+from asyncrl.messages import Message
+
 
 class _Outbox:
     def __init__(self, q: queue.Queue):
@@ -36,7 +38,7 @@ class ThreadBackend:
         t.start()
         self.threads[worker_id] = t
 
-    def receive(self, timeout: float) -> list[tuple]:
+    def receive(self, timeout: float) -> list[Message]:
         try:
             msgs = [self.inbox.get(timeout=timeout)]
         except queue.Empty:

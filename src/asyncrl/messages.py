@@ -1,0 +1,100 @@
+"""What workers tell the main process: small frozen records, matched by type.
+
+They cross a pipe (processes), a queue (threads) or come back from the parameter server (Ray),
+so they hold plain Python and numpy values only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: running sums of a worker's learner statistics: name -> (sum, count)
+StatSums = dict[str, tuple[float, int]]
+
+
+@dataclass(frozen=True)
+class GlobalSnapshot:
+    """The global state as plain arrays: what a checkpoint holds and a resume restores."""
+
+    params: np.ndarray
+    optimizer: dict[str, np.ndarray]
+    target_params: np.ndarray | None
+    target_period: int  # the last target_update period at which theta^- was refreshed
+    counters: np.ndarray  # int64 (3, workers): steps, episodes, non-finite updates
+
+    @property
+    def steps(self) -> int:
+        return int(self.counters[0].sum())
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    """A worker's own state (RNG, envs, algorithm state) and the global state as it left it."""
+
+    worker: dict[str, Any] | None
+    glob: GlobalSnapshot
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Episodes (return, length) that ended in a rollout, with the worker's learner statistics
+    since its last report."""
+
+    worker: int
+    episodes: list[tuple[float, int]]
+    global_step: int
+    stats: StatSums
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A worker's answer to checkpoint request ``request``."""
+
+    worker: int
+    incarnation: int
+    request: int
+    snapshot: WorkerSnapshot
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """A non-finite loss or gradient that was not applied."""
+
+    worker: int
+    global_step: int
+    what: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The worker's loop raised. ``diverged``: non-finite updates in a row (a restart would not
+    help)."""
+
+    worker: int
+    incarnation: int
+    text: str
+    traceback: str
+    diverged: bool = False
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The worker died without a report, hung, or its machine went away (found by the run)."""
+
+    worker: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """The worker's loop ended (last message of an incarnation)."""
+
+    worker: int
+    incarnation: int
+    snapshot: WorkerSnapshot | None
+
+
+Message = Episodes | Snapshot | NonFinite | Failed | Lost | Done

@@ -1,0 +1,146 @@
+"""The global state of a run: parameters, shared optimizer statistics, the target network and
+the counters -- created, restored, checked against a checkpoint and snapshotted here, and
+nowhere else. The shared-memory workers update it in place (Hogwild); the Ray parameter server
+holds one of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asyncrl.config import Config
+from asyncrl.errors import UserError
+from asyncrl.messages import GlobalSnapshot
+from asyncrl.models import ModelSpec, build_model, flatten_parameters
+from asyncrl.optim import SharedOptimizer, linear_lr, make_optimizer
+
+# Rows of the counters (one column per worker: each worker writes its own, lock-free).
+STEPS, EPISODES, NONFINITE = 0, 1, 2
+
+
+@dataclass
+class GlobalState:
+    params: torch.Tensor  # the global parameters theta, one flat vector
+    optimizer: SharedOptimizer
+    target_params: torch.Tensor | None  # theta^- of the Q methods
+    target_period: torch.Tensor  # int64 (1,): last target_update period theta^- was copied at
+    counters: torch.Tensor  # int64 (3, workers): steps, episodes, non-finite updates skipped
+
+    @classmethod
+    def create(
+        cls, cfg: Config, spec: ModelSpec, workers: int, uses_target: bool, shared: bool = True
+    ) -> GlobalState:
+        """Fresh parameters (seeded by ``cfg.seed``), optimizer statistics and counters; in
+        shared memory unless ``shared`` is False (the Ray server's copy)."""
+        torch.manual_seed(cfg.seed)
+        params = flatten_parameters(build_model(spec)).detach().clone()
+        if shared:
+            params.share_memory_()
+        target = params.clone() if uses_target else None
+        state = cls(
+            params=params,
+            optimizer=make_optimizer(cfg.optimizer, params, cfg.lr, cfg.rms_alpha, cfg.eps),
+            target_params=target,
+            target_period=torch.zeros(1, dtype=torch.int64),
+            counters=torch.zeros((3, workers), dtype=torch.int64),
+        )
+        if shared:
+            for t in (target, state.target_period, state.counters):
+                if t is not None:
+                    t.share_memory_()
+        return state
+
+    @classmethod
+    def from_snapshot(cls, cfg: Config, snap: GlobalSnapshot) -> GlobalState:
+        """A private (not shared) copy of a snapshot: the Ray parameter server's state."""
+        params = torch.from_numpy(snap.params.copy())
+        state = cls(
+            params=params,
+            optimizer=make_optimizer(cfg.optimizer, params, cfg.lr, cfg.rms_alpha, cfg.eps),
+            target_params=None
+            if snap.target_params is None
+            else torch.from_numpy(snap.target_params.copy()),
+            target_period=torch.tensor([snap.target_period], dtype=torch.int64),
+            counters=torch.from_numpy(snap.counters.sum(axis=1, keepdims=True)),
+        )
+        state.optimizer.load_state_dict(
+            {k: torch.from_numpy(v.copy()) for k, v in snap.optimizer.items()}
+        )
+        return state
+
+    # ------------------------------------------------------------------ counters
+    def steps(self) -> int:
+        return int(self.counters[STEPS].sum())
+
+    def episodes(self) -> int:
+        return int(self.counters[EPISODES].sum())
+
+    def nonfinite(self) -> int:
+        return int(self.counters[NONFINITE].sum())
+
+    # ------------------------------------------------------------------ updates
+    def apply_update(self, cfg: Config, grad: torch.Tensor, global_step: int) -> float:
+        """One asynchronous update (every store applies it this way); returns the lr used."""
+        lr = cfg.lr if cfg.lr_schedule == "constant" else linear_lr(cfg.lr, global_step, cfg.steps)
+        self.optimizer.step(grad, lr)
+        if self.target_params is not None:
+            # theta^- is refreshed once per target_update period, whoever sees the period
+            # change first; comparing with the last refreshed period (not the updater's own
+            # step window) means increments of other workers landing in between cannot make
+            # the whole run miss a refresh. Two workers may both copy: harmless.
+            period = global_step // cfg.target_update
+            if period > int(self.target_period[0]):
+                self.target_period[0] = period
+                self.target_params.copy_(self.params)
+        return lr
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self) -> GlobalSnapshot:
+        return GlobalSnapshot(
+            params=self.params.numpy().copy(),
+            optimizer={k: v.numpy().copy() for k, v in self.optimizer.state_dict().items()},
+            target_params=None if self.target_params is None else self.target_params.numpy().copy(),
+            target_period=int(self.target_period[0]),
+            counters=self.counters.numpy().copy(),
+        )
+
+    def check_fits(self, snap: GlobalSnapshot, run_dir: Path) -> None:
+        """The checkpoint's tensors must fit the model the config builds."""
+        problems = []
+        if snap.params.shape != tuple(self.params.shape):
+            problems.append(
+                f"{snap.params.size} parameters, the config's model has {self.params.numel()}"
+            )
+        if (snap.target_params is None) != (self.target_params is None):
+            problems.append("a target network where the algorithm has none, or the reverse")
+        for k, v in self.optimizer.state_dict().items():
+            if k not in snap.optimizer or snap.optimizer[k].shape != tuple(v.shape):
+                problems.append(f"no optimizer state {k!r} of the config's optimizer")
+                break
+        if problems:
+            raise UserError(
+                f"--resume: the checkpoint in {run_dir} does not fit its config ({problems[0]}); "
+                "restore config.json to the settings the run was started with"
+            )
+
+    def restore(self, snap: GlobalSnapshot) -> None:
+        """Load a snapshot in place (the shared tensors stay the same objects)."""
+        self.params.copy_(_tensor(snap.params))
+        self.optimizer.load_state_dict({k: _tensor(v) for k, v in snap.optimizer.items()})
+        if self.target_params is not None and snap.target_params is not None:
+            self.target_params.copy_(_tensor(snap.target_params))
+        self.target_period[0] = snap.target_period
+        old = _tensor(snap.counters)
+        if old.shape == self.counters.shape:
+            self.counters.copy_(old)
+        else:  # another worker count: the totals carry over in the first column
+            self.counters.zero_()
+            self.counters[:, 0] = old.sum(dim=1)
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor over ``a``, copied only if ``a`` is read-only (as arrays from Ray are)."""
+    return torch.from_numpy(np.require(a, requirements="W"))

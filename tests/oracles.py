@@ -1,0 +1,98 @@
+"""Reference implementations the tests check the package against (oracles, not package code).
+
+* :func:`nstep_targets`: the n-step targets of one rollout of one episode, in the paper's form
+  (rewards, values, last value, terminal flag), reduced to :func:`asyncrl.targets.nstep_returns`.
+* :class:`GradientAccumulator`: the paper's per-step accumulation of d(theta); the workers take
+  the rollout's gradient in one batched backward pass instead, and tests/test_optim.py checks
+  that the two agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from asyncrl.envs import ActionSpace
+from asyncrl.models import ModelSpec, flat_grad
+from asyncrl.optim import SharedOptimizer, clip_grad_norm_
+from asyncrl.targets import Array, Missing, _float_like, nstep_returns
+
+
+def nstep_targets(
+    rewards: Array,
+    values: Array,
+    last_value: Array | float,
+    terminated: bool | Array,
+    gamma: float,
+    n: int | None = None,
+    missing: Missing = "bootstrap",
+) -> Array:
+    """n-step targets of one rollout of one episode (the issue's and the paper's form).
+
+    Args:
+        rewards: ``r_t`` for t = 0..T-1, shape ``(T, ...)``.
+        values: ``V(s_t)`` for t = 0..T-1 (used as the bootstrap of horizons inside the rollout).
+        last_value: ``V(s_T)``, the state after the last step.
+        terminated: ``s_T`` is terminal, so its value counts as 0. A truncated rollout (time
+            limit, or simply the end of t_max steps) passes False and bootstraps.
+        gamma: discount factor.
+        n: horizon (``None``: T, the paper's forward view to the end of the rollout).
+        missing: ``"bootstrap"`` (*use maximum terms possible*) or ``"zero"`` (*missing terms
+            treated as 0*) for horizons with t + n >= T.
+
+    For t + n < T the target is ``sum_{i<n} gamma^i r_{t+i} + gamma^n values[t+n]``.
+    """
+    T = rewards.shape[0]
+    if values.shape != rewards.shape:
+        raise ValueError(f"values shape {tuple(values.shape)} != rewards {tuple(rewards.shape)}")
+    last = _float_like(last_value, rewards)[None] + rewards[:1] * 0.0
+    next_values = (
+        torch.cat([values[1:], last])
+        if isinstance(rewards, torch.Tensor)
+        else np.concatenate([values[1:], last])
+    )
+    term = rewards * 0.0
+    term[T - 1] = term[T - 1] + _float_like(terminated, rewards)
+    return nstep_returns(rewards, next_values, term, term, gamma, n, missing)
+
+
+class GradientAccumulator:
+    """Sums per-step gradients of a local model, then applies them once (accumulate/apply/reset).
+
+    The paper's actor-learners accumulate d(theta) over up to t_max steps and apply it in one
+    asynchronous update. For a loss that is a sum over steps, one batched backward pass gives
+    the same gradient (see the tests); this class serves algorithms that add gradients step by
+    step, such as one-step Q-learning and Sarsa with their I_AsyncUpdate.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.buffer = torch.zeros(sum(p.numel() for p in model.parameters()))
+        self.count = 0
+
+    def accumulate(self, loss: torch.Tensor | None = None) -> None:
+        """Add the model's current gradient (of ``loss``, if given) to the sum."""
+        if loss is not None:
+            loss.backward()
+        self.buffer.add_(flat_grad(self.model))
+        self.model.zero_grad(set_to_none=True)
+        self.count += 1
+
+    def apply(
+        self, optimizer: SharedOptimizer, lr: float | None = None, max_norm: float = 0.0
+    ) -> float:
+        """Clip the summed gradient, apply it with the shared optimizer, reset; return its norm."""
+        norm = clip_grad_norm_(self.buffer, max_norm)
+        optimizer.step(self.buffer, lr)
+        self.reset()
+        return norm
+
+    def reset(self) -> None:
+        self.buffer.zero_()
+        self.count = 0
+
+
+def mlp_spec(kind: str, obs_dim: int, n_actions: int, **kw) -> ModelSpec:
+    """A vector-observation, discrete-action model spec (the tests' usual model)."""
+    return ModelSpec(kind, (obs_dim,), ActionSpace("discrete", n_actions), **kw)  # type: ignore[arg-type]
