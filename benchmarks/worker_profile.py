@@ -24,11 +24,11 @@ import torch
 
 import asyncrl.worker as worker_mod
 from asyncrl.algos import make_algorithm
+from asyncrl.backends.local import SharedMemory, SharedMemoryStore
 from asyncrl.config import Config
 from asyncrl.envs import probe_env
-from asyncrl.models import build_model, flatten_parameters
-from asyncrl.optim import make_optimizer
-from asyncrl.worker import SharedMemoryStore, SharedState, Worker
+from asyncrl.state import GlobalState
+from asyncrl.worker import Worker
 
 
 class _Discard:
@@ -51,19 +51,10 @@ def profile(cfg: Config) -> tuple[collections.Counter, float]:
     torch.set_num_threads(1)
     info = probe_env(cfg.env, cfg.algo)
     algo = make_algorithm(cfg, info)
-    params = flatten_parameters(build_model(algo.model_spec())).detach().clone().share_memory_()
-    shared = SharedState(
-        params=params,
-        optimizer=make_optimizer(cfg.optimizer, params, cfg.lr, cfg.rms_alpha, cfg.eps),
-        target_params=params.clone() if algo.uses_target_network else None,
-        counters=torch.zeros((3, 1), dtype=torch.int64),
-        heartbeat=torch.zeros(1, dtype=torch.float64),
-        incarnation=torch.zeros(1, dtype=torch.int64),
-        checkpoint_request=torch.zeros(1, dtype=torch.int64),
-        stop_flag=torch.zeros(1, dtype=torch.int64),
-    )
+    state = GlobalState.create(cfg, algo.model_spec(), 1, algo.uses_target_network)
+    shared = SharedMemory.create(state, 1)
     acc: collections.Counter = collections.Counter()
-    store = SharedMemoryStore(shared, _Discard(), 0, 0)
+    store = SharedMemoryStore(cfg, shared, _Discard(), 0, 0)
     w = Worker(0, 0, cfg, info, store, None)
     w.envs.step = timed(w.envs.step, "env step", acc)
     w.algo.act = timed(w.algo.act, "forward (act)", acc)
@@ -84,7 +75,7 @@ def profile(cfg: Config) -> tuple[collections.Counter, float]:
         torch.Tensor.backward = backward  # type: ignore[method-assign]
         worker_mod.flat_grad, worker_mod.clip_grad_norm_ = grad_fn, clip_fn
     acc["other"] = total - sum(acc.values())
-    return acc, shared.global_steps() / total
+    return acc, state.steps() / total
 
 
 def main() -> None:

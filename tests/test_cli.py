@@ -153,3 +153,42 @@ def test_help_is_generated_from_the_config_docstrings():
     assert r.returncode == 0
     assert "--t-max" in r.stdout and "steps per rollout" in r.stdout
     assert "--missing {bootstrap,zero}" in r.stdout
+
+
+def test_load_and_evaluate_do_not_import_the_trainer(run_dir):
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    code = (
+        "import sys, asyncrl; p = asyncrl.load(sys.argv[1]); asyncrl.evaluate(sys.argv[1], 1); "
+        "bad = [m for m in sys.modules if m.startswith(('asyncrl.trainer', 'asyncrl.supervisor',"
+        " 'asyncrl.backends'))]; print(bad); assert not bad"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_policy_act_tells_one_observation_from_a_batch_by_shape(run_dir):
+    import numpy as np
+
+    import asyncrl
+
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    policy = asyncrl.load(run_dir)
+    assert isinstance(policy.act(np.zeros(4)), int)
+    assert policy.act(np.zeros((3, 4))).shape == (3,)
+    assert policy.act(np.zeros((1, 4))).shape == (1,)  # a batch of one stays a batch
+    with pytest.raises(asyncrl.UserError, match="fits neither"):
+        policy.act(np.zeros(5))
+
+
+def test_a_seeded_stochastic_evaluation_repeats_itself(run_dir):
+    import asyncrl
+
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    first = asyncrl.evaluate(run_dir, episodes=3, seed=5, deterministic=False)
+    assert asyncrl.evaluate(run_dir, episodes=3, seed=5, deterministic=False) == first
+
+
+def test_the_q_methods_refuse_a_stochastic_evaluation(run_dir, capsys):
+    assert main(["train", *QUICK, "--algo", "nstep-q", "--run-dir", str(run_dir)]) == 0
+    assert main(["eval", str(run_dir), "--stochastic"]) == 2
+    assert "acts greedily at evaluation" in capsys.readouterr().err

@@ -10,13 +10,13 @@ import torch
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl import algos
 from asyncrl.algos.a3c import A3C
+from asyncrl.backends.local import SharedMemory, run_worker
 from asyncrl.config import Config
 from asyncrl.envs import probe_env
 from asyncrl.messages import Done, Episodes, Failed, NonFinite
 from asyncrl.models import build_model, flatten_parameters
 from asyncrl.optim import SharedRMSprop
 from asyncrl.state import EPISODES, NONFINITE, GlobalState
-from asyncrl.worker import SharedMemory, run_worker
 
 
 def make_shared(params, target=None, workers=1, optimizer=None):

@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="A3C: sample actions (seeded by --seed) instead of taking the most likely one",
     )
+    e.add_argument(
+        "--video",
+        metavar="FILE.mp4",
+        default=None,
+        help="record the evaluated episodes to this MP4 file (pip install -e '.[video]')",
+    )
     _debug(e)
 
     pl = sub.add_parser("plot", help="PNG learning curve of a run")
@@ -126,9 +132,13 @@ def _eval(ns: argparse.Namespace) -> int:
 
     from asyncrl.policy import evaluate
 
-    rets = evaluate(ns.run_dir, ns.episodes, ns.seed, deterministic=not ns.stochastic)
+    rets = evaluate(
+        ns.run_dir, ns.episodes, ns.seed, deterministic=not ns.stochastic, video=ns.video
+    )
     std = statistics.pstdev(rets)
     print(f"mean return {statistics.fmean(rets):.2f} +/- {std:.2f} over {len(rets)} episodes")
+    if ns.video:
+        print(f"video: {ns.video}")
     return 0
 
 

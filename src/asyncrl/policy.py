@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,11 +76,16 @@ def load(run_dir: str | Path) -> Policy:
 
 
 def evaluate(
-    run_dir: str | Path, episodes: int = 10, seed: int = 0, deterministic: bool = True
+    run_dir: str | Path,
+    episodes: int = 10,
+    seed: int = 0,
+    deterministic: bool = True,
+    video: str | Path | None = None,
 ) -> list[float]:
-    """Returns of ``episodes`` full episodes (whole games on Atari) of the saved policy.
-    Episode i resets with ``seed + i``; a stochastic policy samples with a generator seeded by
-    ``seed``, so the same call gives the same returns."""
+    """Returns of ``episodes`` full episodes (whole games with no-op starts on Atari) of the
+    saved policy. Episode i resets with ``seed + i``; a stochastic policy samples with a
+    generator seeded by ``seed``, so the same call gives the same returns. With ``video``, the
+    episodes are recorded one after the other to that MP4 file (H.264, plays in browsers)."""
     from asyncrl.envs import make_eval_env
 
     if episodes < 1:
@@ -87,16 +93,58 @@ def evaluate(
     policy = load(run_dir)
     if not deterministic and policy.spec.kind != "actor-critic":
         policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal
+    writer = None if video is None else _video_writer(Path(video), policy.env_id)
     rng = np.random.default_rng(seed)
-    env = make_eval_env(policy.env_id, seed)
+    env = make_eval_env(policy.env_id, seed, render_mode=None if video is None else "rgb_array")
     returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        total, done = 0.0, False
-        while not done:
-            obs, r, term, trunc, _ = env.step(policy.act(obs, deterministic, rng))
-            total += float(r)
-            done = term or trunc
-        returns.append(total)
-    env.close()
+    try:
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed + i)
+            total, done = 0.0, False
+            while not done:
+                if writer is not None:
+                    writer.append_data(_frame(env.render()))
+                obs, r, term, trunc, _ = env.step(policy.act(obs, deterministic, rng))
+                total += float(r)
+                done = term or trunc
+            returns.append(total)
+    finally:
+        env.close()
+        if writer is not None:
+            writer.close()
     return returns
+
+
+def _video_writer(path: Path, env_id: str) -> Any:
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise UserError(
+            "--video needs imageio with ffmpeg; install the extra: "
+            "pip install -c constraints.txt -e '.[video]'"
+        ) from None
+    if path.suffix.lower() != ".mp4":
+        raise UserError(f"--video: give a .mp4 file name, got {path}")
+    if path.exists():
+        raise UserError(f"--video: {path} exists; choose a new file (nothing was overwritten)")
+    if not path.parent.is_dir():
+        raise UserError(f"--video: directory {path.parent} does not exist")
+    fps = 30 if "ALE/" in env_id or "NoFrameskip" in env_id else 15
+    # yuv420p + H.264: what browsers play (frames are padded to multiples of 16 in _frame)
+    return imageio.get_writer(
+        path, fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
+    )
+
+
+def _frame(frame: Any) -> np.ndarray:
+    """An RGB uint8 frame, scaled up when tiny (MinAtar renders 10x10) so a video shows it."""
+    a = np.asarray(frame)
+    if a.dtype != np.uint8:
+        a = (np.clip(a, 0, 1) * 255).astype(np.uint8) if a.max() <= 1 else a.astype(np.uint8)
+    if a.ndim == 2:
+        a = np.repeat(a[..., None], 3, axis=-1)
+    scale = max(1, 160 // max(a.shape[:2]))
+    if scale > 1:
+        a = np.kron(a, np.ones((scale, scale, 1), np.uint8))
+    pad = [(0, -a.shape[0] % 16), (0, -a.shape[1] % 16), (0, 0)]
+    return np.pad(a[..., :3], pad, mode="edge")

@@ -11,7 +11,8 @@ the network, and a preallocated rollout buffer. Per rollout:
     store.report(episodes, statistics)
 
 The ``store`` (a :class:`Store`) is the only thing that differs between backends: shared
-memory for threads and processes (:class:`SharedMemoryStore`), a parameter server for Ray. The
+memory for threads and processes (:class:`asyncrl.backends.local.SharedMemoryStore`), a
+parameter server for Ray (:class:`asyncrl.backends.ray.RayStore`). The
 loop keeps no algorithm-specific fields: what an algorithm carries from one rollout to the next
 (Sarsa's next action, a recurrent state) lives in the algorithm's per-worker state.
 
@@ -25,12 +26,9 @@ worker.
 from __future__ import annotations
 
 import math
-import os
 import pickle
 import threading
 import time
-import traceback
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -40,19 +38,13 @@ from asyncrl.algos import make_algorithm
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo, dump_vec_env, env_seeds, make_vec_env, reset_vec_env
 from asyncrl.messages import (
-    Done,
-    Episodes,
-    Failed,
     Message,
-    NonFinite,
-    Snapshot,
     StatSums,
     WorkerSnapshot,
 )
 from asyncrl.models import build_model, flat_grad, flatten_parameters
 from asyncrl.optim import clip_grad_norm_
 from asyncrl.rollout import Rollout
-from asyncrl.state import EPISODES, NONFINITE, STEPS, GlobalState
 
 _current = threading.local()
 
@@ -108,122 +100,12 @@ class Store(Protocol):
         ...
 
 
-@dataclass
-class SharedMemory:
-    """What the threads and processes backends share: the global state and the flags the main
-    process uses to steer the workers."""
-
-    state: GlobalState
-    heartbeat: torch.Tensor  # float64 (workers,): time.time() of each worker's last update
-    incarnation: torch.Tensor  # int64 (workers,): bumped by the main process on a restart
-    checkpoint_request: torch.Tensor  # int64 (1,): id of the latest checkpoint request
-    stop_flag: torch.Tensor  # int64 (1,): set by the main process (stop rule, signal, error)
-
-    @classmethod
-    def create(cls, state: GlobalState, workers: int) -> SharedMemory:
-        z = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype).share_memory_()  # noqa: E731
-        return cls(state, z(workers, dtype=torch.float64), z(workers), z(1), z(1))
-
-    def stopping(self) -> bool:
-        return bool(self.stop_flag[0])
-
-    def stop(self) -> None:
-        self.stop_flag[0] = 1
-
-
 class EnvFault(RuntimeError):
     """The env produced something the learner must not take (a non-finite value)."""
 
 
 class Diverged(RuntimeError):
     """Too many non-finite losses or gradients in a row: restarting will not help."""
-
-
-def run_worker(
-    worker_id: int,
-    incarnation: int,
-    cfg: Config,
-    info: EnvInfo,
-    shared: SharedMemory,
-    state: dict | None,
-    outbox: Outbox,
-) -> None:
-    """Entry point of the threads and processes backends' workers: run the loop, report how it
-    ended (never die silently), and send :class:`Done` last."""
-    _current.worker_id = worker_id
-    final = None
-    store = SharedMemoryStore(cfg, shared, outbox, worker_id, incarnation)
-    try:
-        final = Worker(worker_id, incarnation, cfg, info, store, state).run()
-    except BaseException as e:
-        text = f"{type(e).__name__}: {e}"
-        outbox.send(
-            Failed(worker_id, incarnation, text, traceback.format_exc(), isinstance(e, Diverged))
-        )
-    finally:
-        outbox.send(Done(worker_id, incarnation, final))
-
-
-class SharedMemoryStore:
-    """The global state for the threads and processes backends: shared-memory tensors that the
-    worker reads and updates itself, lock-free, and a channel to the main process."""
-
-    def __init__(
-        self, cfg: Config, shared: SharedMemory, outbox: Outbox, wid: int, incarnation: int
-    ):
-        self.cfg, self.shared, self.outbox = cfg, shared, outbox
-        self.wid, self.incarnation = wid, incarnation
-        self.state = shared.state
-        self.counters = shared.state.counters.numpy()  # a view: this worker writes its column
-        # numpy views of the shared flags: indexing them costs ~0.1 us, a torch index ~3 us
-        self.stop_flag = shared.stop_flag.numpy()
-        self.request = shared.checkpoint_request.numpy()
-        self.heartbeat = shared.heartbeat.numpy()
-        self.incarnations = shared.incarnation.numpy()
-        self.answered = int(self.request[0])
-        self.parent = os.getppid()
-
-    def global_step(self) -> int:
-        return int(self.counters[STEPS].sum())
-
-    def retired(self) -> bool:
-        return self.incarnations[self.wid] != self.incarnation or os.getppid() != self.parent
-
-    def stopping(self) -> bool:
-        return bool(self.stop_flag[0])
-
-    def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
-        local.copy_(self.state.params)
-        if target_local is not None and self.state.target_params is not None:
-            target_local.copy_(self.state.target_params)
-        return 0  # the version of the parameters: Hogwild has none
-
-    def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
-        self.counters[STEPS, self.wid] += n_steps
-        global_step = self.global_step()
-        if grad is not None:
-            self.state.apply_update(self.cfg, grad, global_step)
-        return global_step
-
-    def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None:
-        self.counters[EPISODES, self.wid] += len(finished)
-        self.outbox.send(Episodes(self.wid, finished, step, stats))
-
-    def nonfinite(self, global_step: int, what: str) -> None:
-        self.counters[NONFINITE, self.wid] += 1
-        self.outbox.send(NonFinite(self.wid, global_step, what))
-
-    def alive_and_asked(self, worker: Worker) -> None:
-        self.heartbeat[self.wid] = time.time()
-        request = int(self.request[0])
-        if request > self.answered:
-            self.answered = request
-            snap = self.snapshot(worker)
-            self.outbox.send(Snapshot(self.wid, self.incarnation, request, snap))
-
-    def snapshot(self, worker: Worker) -> WorkerSnapshot:
-        """Worker state plus the global state as this worker leaves it (exact with 1 worker)."""
-        return WorkerSnapshot(worker.state(), self.state.snapshot())
 
 
 class RunningStats:
