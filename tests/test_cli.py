@@ -192,3 +192,14 @@ def test_the_q_methods_refuse_a_stochastic_evaluation(run_dir, capsys):
     assert main(["train", *QUICK, "--algo", "nstep-q", "--run-dir", str(run_dir)]) == 0
     assert main(["eval", str(run_dir), "--stochastic"]) == 2
     assert "acts greedily at evaluation" in capsys.readouterr().err
+
+
+def test_eval_video_writes_an_mp4_and_never_overwrites(run_dir, tmp_path, capsys):
+    pytest.importorskip("imageio_ffmpeg")
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    video = tmp_path / "cartpole.mp4"
+    assert main(["eval", str(run_dir), "--episodes", "1", "--video", str(video)]) == 0
+    assert video.read_bytes()[4:8] == b"ftyp"  # an MP4 container
+    size = video.stat().st_size
+    assert main(["eval", str(run_dir), "--video", str(video)]) == 2
+    assert "exists" in capsys.readouterr().err and video.stat().st_size == size

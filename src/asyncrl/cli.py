@@ -64,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--preset",
         choices=PRESETS,
-        default="cartpole",
-        help="base hyper-parameters: the tuned CartPole defaults or the paper's",
+        default=None,
+        help="base hyper-parameters: tuned for vector envs (cartpole), Atari (atari), MinAtar "
+        "(minatar), or the paper's (paper); default: picked from --env",
     )
     t.add_argument(
         "--resume",

@@ -53,16 +53,23 @@ class Categorical:
 
     def __init__(self, logits: torch.Tensor):
         self.logits = logits
+        self._logp: torch.Tensor | None = None
+
+    def logp(self) -> torch.Tensor:
+        """log pi(.|s), computed once for log_prob and entropy."""
+        if self._logp is None:
+            self._logp = F.log_softmax(self.logits, dim=-1)
+        return self._logp
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
-        return sample_categorical(torch.softmax(self.logits.detach(), dim=-1).numpy(), rng)
+        logits = self.logits.detach() if self.logits.requires_grad else self.logits
+        return sample_categorical(torch.softmax(logits, dim=-1).numpy(), rng)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        logp = F.log_softmax(self.logits, dim=-1)
-        return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return self.logp().gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
     def entropy(self) -> torch.Tensor:
-        logp = F.log_softmax(self.logits, dim=-1)
+        logp = self.logp()
         return -(logp.exp() * logp).sum(-1)
 
     def mode(self) -> torch.Tensor:

@@ -152,14 +152,18 @@ def probe_env(env_id: str, algo: str) -> EnvInfo:
     the algorithm takes the action space is the algorithm's call (``Algorithm.check``)."""
     spec = env_spec(env_id)
     try:
-        env = make_eval_env(env_id, seed=0)
+        # Atari: the training env itself (the evaluation one needs OpenCV)
+        env: Any = make_vec_env(env_id, 1) if is_atari(spec) else gym.make(spec.id)
     except UserError:
         raise
     except Exception as e:  # an optional dependency of the env missing, say
         raise UserError(f"--env: cannot create {env_id!r}: {e}") from None
     try:
-        obs_space, act_space = env.observation_space, env.action_space
+        obs_space = getattr(env, "single_observation_space", env.observation_space)
+        act_space = getattr(env, "single_action_space", env.action_space)
         obs, _ = env.reset(seed=0)
+        if is_atari(spec):
+            obs = obs[0]
     except Exception as e:
         raise UserError(f"--env: {env_id} fails on reset: {type(e).__name__}: {e}") from None
     finally:

@@ -103,9 +103,12 @@ class MLPEncoder(nn.Module):
         self.obs_dim = obs_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = as_float(obs).reshape(-1, self.obs_dim)
+        x = as_float(obs)
+        if x.dim() != 2:
+            x = x.reshape(-1, self.obs_dim)
         # Functional calls: Module.__call__ costs more than the matmul itself at these sizes,
-        # and the behaviour policy runs this once per env step.
+        # and the behaviour policy runs this once per env step (hence also the encoders'
+        # .forward called directly below: no hooks to run).
         for layer in self._linears:
             x = torch.tanh(F.linear(x, layer.weight, layer.bias))
         return x
@@ -183,14 +186,14 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Distribution parameters ``(N, ...)`` and values ``(N,)`` for a batch ``N``."""
-        h = self.core(self.pi_body(obs))
-        hv = h if self.shared_trunk else self.core(self.v_body(obs))
+        h = self.core(self.pi_body.forward(obs))
+        hv = h if self.shared_trunk else self.core(self.v_body.forward(obs))
         v = self.v_head
         return self._policy(h), F.linear(hv, v.weight, v.bias).squeeze(-1)
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution parameters alone (acting skips a separate critic)."""
-        return self._policy(self.core(self.pi_body(obs)))
+        return self._policy(self.core(self.pi_body.forward(obs)))
 
     def distribution(self, params: torch.Tensor) -> Distribution:
         return distribution_for(self.action, params)
@@ -205,7 +208,7 @@ class QNetwork(nn.Module):
         self.head = _linear(self.body.out_dim, spec.action.n, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.body(obs), self.head.weight, self.head.bias)
+        return F.linear(self.body.forward(obs), self.head.weight, self.head.bias)
 
 
 def build_model(spec: ModelSpec) -> nn.Module:

@@ -19,7 +19,7 @@ import torch
 from asyncrl.algos import make_algorithm
 from asyncrl.backends import make_run, worker_count
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
-from asyncrl.config import Config
+from asyncrl.config import Config, preset
 from asyncrl.envs import probe_env
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.messages import GlobalSnapshot
@@ -33,7 +33,8 @@ from asyncrl.supervisor import Ended, Outcome, Supervisor
 def train(
     cfg: Config | None = None, /, *, resume: str | Path | None = None, **overrides: Any
 ) -> dict[str, Any]:
-    """Train with ``cfg`` (default: A3C on CartPole-v1) updated by ``overrides``.
+    """Train with ``cfg`` updated by ``overrides`` (no ``cfg``: the preset the env calls for,
+    :func:`asyncrl.config.auto_preset`; A3C on CartPole-v1 by default).
 
     With ``resume=RUN_DIR``, continue that run from its last checkpoint (its config.json,
     updated by ``overrides``). Returns the summary (also ``RUN_DIR/summary.json``). Bad input
@@ -102,7 +103,9 @@ def _config(
 ) -> tuple[Config, dict[str, Any] | None]:
     """The validated config, and the checkpoint when resuming."""
     if resume is None:
-        return dataclasses.replace(cfg or Config(), **overrides).validate(), None
+        if cfg is None:  # the preset the env calls for (Atari, MinAtar, or vector envs)
+            return preset(None, **overrides).validate(), None
+        return dataclasses.replace(cfg, **overrides).validate(), None
     run_dir = RunDir.existing(resume, "config", flag="--resume")
     overrides = {k: v for k, v in overrides.items() if k != "run_dir"}
     saved = Config.from_dict(run_dir.read_config())

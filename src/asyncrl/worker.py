@@ -217,8 +217,11 @@ class Worker:
             # else: a rollout of reset steps only (one env, right after an episode end):
             # nothing to learn, and a zero gradient would still decay RMSProp's statistics
             # and move Adam on its momentum, so no update is made at all.
-            if finished or self.stats.due():
-                store.report(finished, self.stats.take(), global_step)
+            # statistics every few seconds, not with every episode: the main process shares
+            # the cores with the workers, and each message costs it a little
+            due = self.stats.due()
+            if finished or due:
+                store.report(finished, self.stats.take() if due else {}, global_step)
             store.alive_and_asked(self)
         snapshot = store.snapshot(self)
         if self.stats.sums:
@@ -275,9 +278,11 @@ class Worker:
                 score = info.get("score")
                 self.ep_return += (reward if score is None else score) * valid
                 self.ep_length += valid
-                self.prev_done = done
+                game_over = info.get("game_over", done)
+                # only a real reset is masked at the next step: after a lost life (terminal
+                # for the learner) the game goes on with a real transition
+                self.prev_done = game_over
                 if done.any():
-                    game_over = info.get("game_over", done)
                     for i in np.flatnonzero(game_over):
                         finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
                     self.ep_return[game_over] = 0.0
