@@ -6,10 +6,10 @@ import pytest
 
 pytest.importorskip("ale_py")
 
-from asyncrl.atari import AtariVecEnv, atari_settings, make_atari_env  # noqa: E402
-from asyncrl.config import auto_preset  # noqa: E402
-from asyncrl.envs import probe_env  # noqa: E402
-from asyncrl.errors import UserError  # noqa: E402
+from asyncrl.atari import AtariVecEnv, atari_settings, make_atari_env
+from asyncrl.config import auto_preset
+from asyncrl.envs import probe_env
+from asyncrl.errors import UserError
 
 
 def play(env, steps, seed=0, until=None):
@@ -62,7 +62,7 @@ def test_learning_reward_is_clipped_while_the_score_is_raw():
 def test_a_lost_life_is_terminal_for_the_learner_but_the_game_goes_on():
     env = AtariVecEnv("BreakoutNoFrameskip-v4", 1)
     lost, over, prev_lost, frame = 0, 0, None, 0
-    for _, _, (_, _, term, trunc, info) in play(env, 3000):
+    for _, _, (_, _, term, _trunc, info) in play(env, 3000):
         if prev_lost is not None:  # the step after a lost life: 4 more frames of the same game
             assert info["lives"][0] == prev_lost
             assert info["episode_frame_number"][0] == frame + 4
@@ -96,7 +96,7 @@ def test_the_frame_limit_truncates_a_game_and_bootstraps():
 def test_the_step_after_a_game_over_is_a_reset_with_reward_zero():
     env = AtariVecEnv("PongNoFrameskip-v4", 1, max_frames=200)
     ended = False
-    for _, _, (obs, reward, _, _, info) in play(env, 120):
+    for _, _, (_obs, reward, _, _, info) in play(env, 120):
         if ended:
             assert reward[0] == 0 and info["episode_frame_number"][0] <= 4 * 31 + 4
             break

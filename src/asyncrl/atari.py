@@ -24,7 +24,7 @@ What the learner sees and what is reported differ, as they must:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -67,7 +67,7 @@ class AtariVecEnv(gym.vector.VectorEnv):
     """``num_envs`` games in ale-py's C++ vector env, with the learner's and the reporter's
     views of each step (see the module docstring). Next-step autoreset, as every asyncrl env."""
 
-    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 
     def __init__(
         self,
