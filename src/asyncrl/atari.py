@@ -24,7 +24,7 @@ What the learner sees and what is reported differ, as they must:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -67,8 +67,6 @@ class AtariVecEnv(gym.vector.VectorEnv):
     """``num_envs`` games in ale-py's C++ vector env, with the learner's and the reporter's
     views of each step (see the module docstring). Next-step autoreset, as every asyncrl env."""
 
-    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
-
     def __init__(
         self,
         env_id: str,
@@ -98,6 +96,7 @@ class AtariVecEnv(gym.vector.VectorEnv):
             reward_clipping=False,  # clipped here, so that the raw score can be reported
             use_fire_reset=True,
         )
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
         self.num_envs = num_envs
         self.single_observation_space = self.env.single_observation_space
         self.single_action_space = self.env.single_action_space
@@ -175,6 +174,6 @@ def make_atari_env(
         grayscale_obs=True,
         scale_obs=False,
     )
-    if "FIRE" in env.unwrapped.get_action_meanings():
+    if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
         env = FireReset(env)
     return gym.wrappers.FrameStackObservation(env, STACK)
