@@ -121,3 +121,48 @@ def dataclass_replace(spec, **kw):
     import dataclasses
 
     return dataclasses.replace(spec, **kw)
+
+
+def test_running_obs_stats_merge_batches_exactly():
+    from asyncrl.models import ObsNormalizer, update_obs_stats
+
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, size=(n, 3)).astype(np.float32) for n in (5, 17, 1, 40)]
+    norm = ObsNormalizer(3, clip=10.0)
+    for b in batches:
+        update_obs_stats(norm.stats, b)
+    allx = np.concatenate(batches)
+    assert float(norm.stats[0]) == len(allx)
+    np.testing.assert_allclose(norm.stats[1:4].numpy(), allx.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(norm.stats[4:].numpy(), allx.var(0), rtol=1e-4)
+    out = norm(torch.from_numpy(allx))
+    np.testing.assert_allclose(out.mean(0).numpy(), 0.0, atol=1e-4)
+    assert float(norm(torch.full((1, 3), 1e6)).max()) == 10.0  # clipped
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_normalised_runs_share_checkpoint_and_freeze_their_statistics(backend, tmp_path):
+    import asyncrl
+    from asyncrl.checkpoint import load_checkpoint
+
+    run_dir = tmp_path / "run"
+    summary = asyncrl.train(
+        env="Pendulum-v1",
+        backend=backend,
+        workers=2,
+        normalize_obs=True,
+        steps=4_000,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    stats = load_checkpoint(run_dir)["glob"].obs_stats
+    # both workers fed one shared buffer (lock-free: a lost race may drop a batch)
+    assert 0.9 * summary["total_steps"] <= stats[0] <= summary["total_steps"]
+    policy = asyncrl.load(run_dir)
+    saved = policy.model.obs_norm.stats.clone()
+    np.testing.assert_allclose(saved.numpy(), stats)
+    asyncrl.evaluate(run_dir, episodes=1)
+    torch.testing.assert_close(asyncrl.load(run_dir).model.obs_norm.stats, saved)  # frozen
+    resumed = asyncrl.train(resume=run_dir, steps=6_000, progress=False)
+    after = load_checkpoint(run_dir)["glob"].obs_stats
+    assert after[0] > stats[0] and resumed["total_steps"] >= 6_000  # restored, then grown

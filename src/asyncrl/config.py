@@ -25,6 +25,8 @@ class Config:
     """algorithm"""
     env: str = "CartPole-v1"
     """Gymnasium environment id"""
+    env_kwargs: tuple[str, ...] = ()
+    """KEY=VALUE arguments for gymnasium.make, values as literals (e.g. continuous=true)"""
     backend: Literal["threads", "processes", "ray"] = "processes"
     """execution backend: threads share one process, processes share memory (Hogwild), ray runs
     a parameter server and workers across a cluster (pip install '.[ray]')"""
@@ -84,6 +86,14 @@ class Config:
     shared_trunk: bool | None = None
     """A3C: actor and critic share the encoder (the paper) or are separate networks (default:
     shared for images, separate for vectors)"""
+    normalize_obs: bool = False
+    """normalise vector observations by a running mean and variance shared by all workers,
+    saved with the model and applied (frozen) at evaluation"""
+    obs_clip: float = 10.0
+    """with --normalize-obs: clip normalised observations to +-this"""
+    gaussian_std: Literal["param", "softplus"] = "param"
+    """A3C with Box actions: the Gaussian's std as a state-independent parameter (param) or a
+    softplus of a second head (softplus, the paper)"""
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
     """encoder: mlp for vectors; for images the A3C paper's conv net (a3c), the Nature DQN net
     (nature) or MinAtar's small one (minatar); auto picks from the observation space"""
@@ -145,6 +155,12 @@ class Config:
         return ("off", 0.0) if value == 0 else (kind, value)
 
     @property
+    def env_kwargs_dict(self) -> dict[str, Any]:
+        from asyncrl.envs import parse_env_kwargs
+
+        return parse_env_kwargs(self.env_kwargs)
+
+    @property
     def horizon(self) -> int:
         return self.n_step if self.n_step is not None else self.t_max
 
@@ -155,7 +171,15 @@ class Config:
             if not ok:
                 raise UserError(f"--{flag}: {what}")
 
-        for name in ("algo", "backend", "missing", "lr_schedule", "optimizer", "net"):
+        for name in (
+            "algo",
+            "backend",
+            "missing",
+            "lr_schedule",
+            "optimizer",
+            "net",
+            "gaussian_std",
+        ):
             choices = literal_choices(name)
             value = getattr(self, name)
             need(
@@ -217,6 +241,14 @@ class Config:
             f"({'lambda sets it' if self.gae_lambda is not None else 'it is one step'}); "
             "drop --n-step",
         )
+        self.env_kwargs_dict  # noqa: B018 (raises the UserError for a malformed pair)
+        need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
+        need(
+            not (self.normalize_obs and self.backend == "ray"),
+            "normalize-obs",
+            "the shared observation statistics are not built for --backend ray yet; use "
+            "--backend processes or drop --normalize-obs",
+        )
         need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
         need(self.eps > 0.0, "eps", f"must be > 0, got {self.eps}")
@@ -274,7 +306,7 @@ class Config:
         if unknown:
             raise UserError(f"unknown config field(s) {', '.join(unknown)}")
         d = dict(d)
-        for name in ("hidden", "eps_finals", "eps_probs"):
+        for name in ("hidden", "eps_finals", "eps_probs", "env_kwargs"):
             if d.get(name) is not None:
                 d[name] = tuple(d[name])
         return cls(**d)

@@ -147,13 +147,36 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         ) from None
 
 
-def probe_env(env_id: str, algo: str) -> EnvInfo:
+def parse_env_kwargs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``("continuous=true", "g=9.8")`` -> ``{"continuous": True, "g": 9.8}``: values are JSON
+    or Python literals (true/false/none in either case), else strings."""
+    import ast
+    import json
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise UserError(f"--env-kwargs: give KEY=VALUE pairs, got {pair!r}")
+        lowered = {"true": "True", "false": "False", "none": "None", "null": "None"}
+        text = lowered.get(text.lower(), text)
+        try:
+            out[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            try:
+                out[key] = json.loads(text)
+            except ValueError:
+                out[key] = text
+    return out
+
+
+def probe_env(env_id: str, algo: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
     """Build the env once to read its spaces; reject spaces no algorithm can handle. Whether
     the algorithm takes the action space is the algorithm's call (``Algorithm.check``)."""
     spec = env_spec(env_id)
     try:
         # Atari: the training env itself (the evaluation one needs OpenCV)
-        env: Any = make_vec_env(env_id, 1) if is_atari(spec) else gym.make(spec.id)
+        env: Any = make_vec_env(env_id, 1) if is_atari(spec) else gym.make(spec.id, **kwargs or {})
     except UserError:
         raise
     except Exception as e:  # an optional dependency of the env missing, say
@@ -213,7 +236,9 @@ def env_seeds(seed: int, worker_id: int, incarnation: int, num_envs: int) -> tup
     return as_int(worker_seq), [as_int(s) for s in env_seqs]
 
 
-def make_vec_env(env_id: str, num_envs: int, seed: int = 0) -> gym.vector.VectorEnv:
+def make_vec_env(
+    env_id: str, num_envs: int, seed: int = 0, kwargs: dict[str, Any] | None = None
+) -> gym.vector.VectorEnv:
     """``num_envs`` copies of the env, natively vectorized where the env offers it."""
     spec = env_spec(env_id)
     if is_atari(spec):
@@ -221,7 +246,7 @@ def make_vec_env(env_id: str, num_envs: int, seed: int = 0) -> gym.vector.Vector
 
         return make_atari_vec_env(spec.id, num_envs, seed)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-    env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode)
+    env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode, **kwargs or {})
     autoreset = env.metadata.get("autoreset_mode")
     if autoreset is not None and autoreset != gym.vector.AutoresetMode.NEXT_STEP:
         raise RuntimeError(f"{env_id}: expected next-step autoreset, got {autoreset}")
@@ -258,7 +283,12 @@ def dump_vec_env(env: gym.vector.VectorEnv) -> bytes | None:
             setattr(env, "env_fns", fns)  # noqa: B010
 
 
-def make_eval_env(env_id: str, seed: int, render_mode: str | None = None) -> gym.Env:
+def make_eval_env(
+    env_id: str,
+    seed: int,
+    render_mode: str | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> gym.Env:
     """One env for evaluation (and video): whole games and raw scores on Atari."""
     spec = env_spec(env_id)
     if is_atari(spec):
@@ -266,4 +296,7 @@ def make_eval_env(env_id: str, seed: int, render_mode: str | None = None) -> gym
 
         return make_atari_env(spec.id, seed, render_mode=render_mode)
     # not every env takes a render_mode argument: pass it only when asked for
-    return gym.make(spec.id) if render_mode is None else gym.make(spec.id, render_mode=render_mode)
+    kw = dict(kwargs or {})
+    if render_mode is not None:
+        kw["render_mode"] = render_mode
+    return gym.make(spec.id, **kw)

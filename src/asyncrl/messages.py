@@ -24,6 +24,7 @@ class GlobalSnapshot:
     target_params: np.ndarray | None
     target_period: int  # the last target_update period at which theta^- was refreshed
     counters: np.ndarray  # int64 (3, workers): steps, episodes, non-finite updates
+    obs_stats: np.ndarray | None = None  # the observation normaliser's [count, mean, var]
 
     @property
     def steps(self) -> int:

@@ -45,6 +45,11 @@ class ModelSpec:
     encoder: Encoder = "mlp"
     #: images stored (H, W, C) (MinAtar) rather than (C, H, W) (Atari frame stacks)
     channels_last: bool = False
+    #: normalise observations by running mean and variance, clipped to +-obs_clip (0: off)
+    obs_clip: float = 0.0
+    #: Box actions: "param" (a state-independent log-std) or "softplus" (the paper's
+    #: state-dependent variance, a softplus of a second linear head)
+    gaussian_std: Literal["param", "softplus"] = "param"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -150,6 +155,60 @@ class ConvEncoder(nn.Module):
         return F.relu(self.fc(x.flatten(1)))
 
 
+class ObsNormalizer(nn.Module):
+    """``clip((obs - mean) / sqrt(var + 1e-8))`` with running statistics held in one flat
+    buffer ``[count, mean..., var...]``. Not parameters: the workers share the buffer
+    deliberately (:func:`bind_obs_stats`) and update it from their rollouts
+    (:func:`update_obs_stats`); a loaded policy keeps it frozen."""
+
+    def __init__(self, obs_dim: int, clip: float):
+        super().__init__()
+        self.obs_dim, self.clip = obs_dim, clip
+        stats = torch.zeros(1 + 2 * obs_dim)
+        stats[1 + obs_dim :] = 1.0
+        self.register_buffer("stats", stats)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        d = self.obs_dim
+        stats: torch.Tensor = self.stats  # type: ignore[assignment]
+        mean, var = stats[1 : 1 + d], stats[1 + d :]
+        x = (as_float(obs).reshape(-1, d) - mean) / (var + 1e-8).sqrt()
+        return x.clamp(-self.clip, self.clip)
+
+
+def update_obs_stats(stats: torch.Tensor, batch: np.ndarray) -> None:
+    """Merge a batch's mean and variance into ``[count, mean, var]`` in place (Chan et al.'s
+    parallel update). Workers do this lock-free on the shared buffer: a lost race costs one
+    batch's worth of statistics, nothing worse."""
+    x = torch.from_numpy(np.asarray(batch, np.float32)).reshape(len(batch), -1)
+    n_b = x.shape[0]
+    if n_b == 0:
+        return
+    d = x.shape[1]
+    mean_b, var_b = x.mean(0), x.var(0, unbiased=False)
+    n_a = float(stats[0])
+    mean_a, var_a = stats[1 : 1 + d], stats[1 + d :]
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    new_mean = mean_a + delta * (n_b / n)
+    new_var = (var_a * n_a + var_b * n_b + delta.pow(2) * (n_a * n_b / n)) / n
+    stats[1 : 1 + d] = new_mean
+    stats[1 + d :] = new_var
+    stats[0] = n
+
+
+def obs_stats_of(model: nn.Module) -> torch.Tensor | None:
+    norm = getattr(model, "obs_norm", None)
+    return None if norm is None else norm.stats
+
+
+def bind_obs_stats(model: nn.Module, stats: torch.Tensor) -> None:
+    """Make the model's normaliser read (and write) ``stats``, the shared buffer."""
+    norm = getattr(model, "obs_norm", None)
+    if norm is not None:
+        norm.stats = stats
+
+
 def build_encoder(spec: ModelSpec) -> MLPEncoder | ConvEncoder:
     if spec.encoder == "mlp":
         return MLPEncoder(int(np.prod(spec.obs_shape)), spec.hidden)
@@ -164,14 +223,23 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.action = spec.action
         self.shared_trunk = spec.shared_trunk
+        self.obs_norm = (
+            ObsNormalizer(int(np.prod(spec.obs_shape)), spec.obs_clip)
+            if (spec.obs_clip > 0)
+            else None
+        )
         self.pi_body = build_encoder(spec)
         self.v_body = self.pi_body if spec.shared_trunk else build_encoder(spec)
         d = self.pi_body.out_dim
         self.pi_head = _linear(d, spec.action.dim, 0.01)
         self.v_head = _linear(d, 1, 1.0)
-        # Box actions: a state-independent log-std (the common choice today; SB3, PPO)
+        box = spec.action.kind == "box"
+        # Box actions: a state-independent log-std (the common choice today; SB3, PPO), or
+        # the paper's softplus variance from a second linear head
+        self.softplus_std = box and spec.gaussian_std == "softplus"
+        self.std_head = _linear(d, spec.action.dim, 0.01) if self.softplus_std else None
         self.log_std = (
-            nn.Parameter(torch.zeros(spec.action.dim)) if spec.action.kind == "box" else None
+            nn.Parameter(torch.zeros(spec.action.dim)) if box and not self.softplus_std else None
         )
 
     def core(self, features: torch.Tensor) -> torch.Tensor:
@@ -182,10 +250,16 @@ class ActorCritic(nn.Module):
         out = F.linear(h, self.pi_head.weight, self.pi_head.bias)
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        elif self.std_head is not None:
+            # softplus(0) = log 2: the initial std is about 0.7
+            std = F.softplus(self.std_head(h)) + 1e-4
+            out = torch.cat([out, std.log()], dim=-1)
         return out
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Distribution parameters ``(N, ...)`` and values ``(N,)`` for a batch ``N``."""
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
         h = self.core(self.pi_body.forward(obs))
         hv = h if self.shared_trunk else self.core(self.v_body.forward(obs))
         v = self.v_head
@@ -193,6 +267,8 @@ class ActorCritic(nn.Module):
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution parameters alone (acting skips a separate critic)."""
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
         return self._policy(self.core(self.pi_body.forward(obs)))
 
     def distribution(self, params: torch.Tensor) -> Distribution:
@@ -204,10 +280,17 @@ class QNetwork(nn.Module):
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
+        self.obs_norm = (
+            ObsNormalizer(int(np.prod(spec.obs_shape)), spec.obs_clip)
+            if (spec.obs_clip > 0)
+            else None
+        )
         self.body = build_encoder(spec)
         self.head = _linear(self.body.out_dim, spec.action.n, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
         return F.linear(self.body.forward(obs), self.head.weight, self.head.bias)
 
 

@@ -18,11 +18,19 @@ from asyncrl.rundir import RunDir
 class Policy:
     """A trained network with ``act(obs)``: the mode of the policy (or argmax Q) by default."""
 
-    def __init__(self, model: torch.nn.Module, algo: str, spec: ModelSpec, env_id: str):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        algo: str,
+        spec: ModelSpec,
+        env_id: str,
+        env_kwargs: dict[str, Any] | None = None,
+    ):
         self.model = model.eval()
         self.algo = algo
         self.spec = spec
         self.env_id = env_id
+        self.env_kwargs = env_kwargs or {}
         self._greedy = REGISTRY[algo].greedy
 
     @torch.no_grad()
@@ -72,7 +80,12 @@ def load(run_dir: str | Path) -> Policy:
         model.load_state_dict(blob["state_dict"])
     except Exception as e:
         raise UserError(f"{run.model} cannot be read ({type(e).__name__}: {e})") from None
-    return Policy(model, blob["algo"], spec, run.read_config()["env"])
+    from asyncrl.envs import parse_env_kwargs
+
+    cfg = run.read_config()
+    return Policy(
+        model, blob["algo"], spec, cfg["env"], parse_env_kwargs(cfg.get("env_kwargs", ()))
+    )
 
 
 def evaluate(
@@ -95,7 +108,8 @@ def evaluate(
         policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal
     writer = None if video is None else _video_writer(Path(video), policy.env_id)
     rng = np.random.default_rng(seed)
-    env = make_eval_env(policy.env_id, seed, render_mode=None if video is None else "rgb_array")
+    render = None if video is None else "rgb_array"
+    env = make_eval_env(policy.env_id, seed, render, policy.env_kwargs)
     returns = []
     try:
         for i in range(episodes):

@@ -14,7 +14,7 @@ import torch
 from asyncrl.config import Config
 from asyncrl.errors import UserError
 from asyncrl.messages import GlobalSnapshot
-from asyncrl.models import ModelSpec, build_model, flatten_parameters
+from asyncrl.models import ModelSpec, build_model, flatten_parameters, obs_stats_of
 from asyncrl.optim import SharedOptimizer, linear_lr, make_optimizer
 
 # Rows of the counters (one column per worker: each worker writes its own, lock-free).
@@ -28,6 +28,7 @@ class GlobalState:
     target_params: torch.Tensor | None  # theta^- of the Q methods
     target_period: torch.Tensor  # int64 (1,): last target_update period theta^- was copied at
     counters: torch.Tensor  # int64 (3, workers): steps, episodes, non-finite updates skipped
+    obs_stats: torch.Tensor | None = None  # running [count, mean, var] of the observations
 
     @classmethod
     def create(
@@ -36,7 +37,9 @@ class GlobalState:
         """Fresh parameters (seeded by ``cfg.seed``), optimizer statistics and counters; in
         shared memory unless ``shared`` is False (the Ray server's copy)."""
         torch.manual_seed(cfg.seed)
-        params = flatten_parameters(build_model(spec)).detach().clone()
+        model = build_model(spec)
+        stats = obs_stats_of(model)
+        params = flatten_parameters(model).detach().clone()
         if shared:
             params.share_memory_()
         target = params.clone() if uses_target else None
@@ -46,9 +49,10 @@ class GlobalState:
             target_params=target,
             target_period=torch.zeros(1, dtype=torch.int64),
             counters=torch.zeros((3, workers), dtype=torch.int64),
+            obs_stats=None if stats is None else stats.clone(),
         )
         if shared:
-            for t in (target, state.target_period, state.counters):
+            for t in (target, state.target_period, state.counters, state.obs_stats):
                 if t is not None:
                     t.share_memory_()
         return state
@@ -65,6 +69,7 @@ class GlobalState:
             else torch.from_numpy(snap.target_params.copy()),
             target_period=torch.tensor([snap.target_period], dtype=torch.int64),
             counters=torch.from_numpy(snap.counters.sum(axis=1, keepdims=True)),
+            obs_stats=None if snap.obs_stats is None else torch.from_numpy(snap.obs_stats.copy()),
         )
         state.optimizer.load_state_dict(
             {k: torch.from_numpy(v.copy()) for k, v in snap.optimizer.items()}
@@ -105,6 +110,7 @@ class GlobalState:
             target_params=None if self.target_params is None else self.target_params.numpy().copy(),
             target_period=int(self.target_period[0]),
             counters=self.counters.numpy().copy(),
+            obs_stats=None if self.obs_stats is None else self.obs_stats.numpy().copy(),
         )
 
     def check_fits(self, snap: GlobalSnapshot, run_dir: Path) -> None:
@@ -133,6 +139,8 @@ class GlobalState:
         if self.target_params is not None and snap.target_params is not None:
             self.target_params.copy_(_tensor(snap.target_params))
         self.target_period[0] = snap.target_period
+        if self.obs_stats is not None and snap.obs_stats is not None:
+            self.obs_stats.copy_(_tensor(snap.obs_stats))
         old = _tensor(snap.counters)
         if old.shape == self.counters.shape:
             self.counters.copy_(old)

@@ -23,7 +23,7 @@ from asyncrl.config import Config, preset
 from asyncrl.envs import probe_env
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.messages import GlobalSnapshot
-from asyncrl.models import ModelSpec, build_model, flatten_parameters
+from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
 from asyncrl.monitor import Monitor
 from asyncrl.rundir import RunDir
 from asyncrl.state import GlobalState
@@ -42,7 +42,7 @@ def train(
     """
     t0 = time.perf_counter()
     cfg, ckpt = _config(cfg, resume, overrides)
-    info = probe_env(cfg.env, cfg.algo)
+    info = probe_env(cfg.env, cfg.algo, cfg.env_kwargs_dict)
     algo = make_algorithm(cfg, info)
     spec = algo.model_spec()
     state = GlobalState.create(cfg, spec, worker_count(cfg), algo.uses_target_network)
@@ -177,6 +177,8 @@ def save_model(run_dir: RunDir, cfg: Config, spec: ModelSpec, state: GlobalState
     """Write the model atomically: a reader sees the old file or the new one, never half."""
     model = build_model(spec)
     flatten_parameters(model, state.params)
+    if state.obs_stats is not None:
+        bind_obs_stats(model, state.obs_stats)
     blob = {"algo": cfg.algo, "spec": spec.to_dict(), "state_dict": model.state_dict()}
     tmp = run_dir.model.with_name(run_dir.model.name + ".tmp")
     torch.save(blob, tmp)

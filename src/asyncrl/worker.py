@@ -42,7 +42,13 @@ from asyncrl.messages import (
     StatSums,
     WorkerSnapshot,
 )
-from asyncrl.models import build_model, flat_grad, flatten_parameters
+from asyncrl.models import (
+    bind_obs_stats,
+    build_model,
+    flat_grad,
+    flatten_parameters,
+    update_obs_stats,
+)
 from asyncrl.optim import clip_grad_norm_
 from asyncrl.rollout import Rollout
 
@@ -97,6 +103,10 @@ class Store(Protocol):
 
     def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
         """The loop's last call: the state to hand back (None where the server keeps it)."""
+        ...
+
+    def obs_stats(self) -> torch.Tensor | None:
+        """The shared observation statistics the model normalises with (None: none)."""
         ...
 
 
@@ -160,7 +170,22 @@ class Worker:
             self.target_model = build_model(spec)
             self.target_local = flatten_parameters(self.target_model)
             self.target_model.requires_grad_(False)
+        # the observation normaliser reads the shared statistics in place: always current
+        self.obs_stats = store.obs_stats()
+        if self.obs_stats is not None:
+            for m in (self.model, self.target_model):
+                if m is not None:
+                    bind_obs_stats(m, self.obs_stats)
 
+        # Box actions: the env gets the sample clipped to the bounds, the rollout (and so the
+        # log-probability) keeps the sample itself (as SB3 does; squashing is not built)
+        box = info.action.kind == "box"
+        self.low = (
+            np.asarray(info.action.low, np.float32).reshape(info.action.shape) if box else None
+        )
+        self.high = (
+            np.asarray(info.action.high, np.float32).reshape(info.action.shape) if box else None
+        )
         self.T = self.algo.rollout_length()
         self.buf = Rollout.for_env(self.T, B, info)
         self.obs_t = torch.from_numpy(self.buf.obs)  # views: buf.obs[t] writes show in obs_t[t]
@@ -168,7 +193,7 @@ class Worker:
         if state is not None and state.get("envs") is not None:
             self._restore(state)
         else:
-            self.envs = make_vec_env(cfg.env, B, self.env_seeds[0])
+            self.envs = make_vec_env(cfg.env, B, self.env_seeds[0], cfg.env_kwargs_dict)
             self.obs = reset_vec_env(self.envs, self.env_seeds)
             self.prev_done = np.zeros(B, bool)
             self.ep_return = np.zeros(B, np.float64)
@@ -211,6 +236,8 @@ class Worker:
             n_valid = int(ro.valid.sum())
             if n_valid:
                 self.check_env_values(ro, global_step)
+                if self.obs_stats is not None:
+                    update_obs_stats(self.obs_stats, ro.obs[:-1][ro.valid])
                 global_step = self.learn(ro, n_valid, version)
                 if global_step < 0:  # retired while learning
                     return None
@@ -269,7 +296,8 @@ class Worker:
                 valid = ~self.prev_done
                 buf.valid[t] = valid
                 action = algo.act(self.model, self.obs_t[t], global_step, self.rng)
-                self.obs, reward, term, trunc, info = self.envs.step(action)
+                to_env = action if self.low is None else np.clip(action, self.low, self.high)
+                self.obs, reward, term, trunc, info = self.envs.step(to_env)
                 done = term | trunc
                 buf.actions[t] = action
                 buf.rewards[t] = reward * valid

@@ -18,6 +18,7 @@ from torch import nn
 
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
+from asyncrl.errors import UserError
 from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 
@@ -105,8 +106,15 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
             encoder = "mlp"
         else:
             encoder = "minatar" if min(shape[:2] if channels_last else shape[1:]) < 36 else "a3c"
+    if cfg.normalize_obs and len(shape) != 1:
+        raise UserError(
+            f"--normalize-obs: {info.env_id} has {shape} observations; normalisation is for "
+            "vector observations (images are scaled by 1/255 in the network)"
+        )
     return ModelSpec(
         kind=kind,
+        obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
+        gaussian_std=cfg.gaussian_std,
         obs_shape=shape,
         obs_dtype=info.obs_dtype,
         action=info.action,

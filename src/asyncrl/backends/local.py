@@ -137,6 +137,9 @@ class SharedMemoryStore:
             snap = self.snapshot(worker)
             self.outbox.send(Snapshot(self.wid, self.incarnation, request, snap))
 
+    def obs_stats(self) -> torch.Tensor | None:
+        return self.state.obs_stats
+
     def snapshot(self, worker: Worker) -> WorkerSnapshot:
         """Worker state plus the global state as this worker leaves it (exact with 1 worker)."""
         return WorkerSnapshot(worker.state(), self.state.snapshot())

@@ -240,6 +240,9 @@ class RayStore:
         if self.pushes or self.reports:
             self._call()
 
+    def obs_stats(self) -> torch.Tensor | None:
+        return None  # --normalize-obs is refused on Ray (not built yet)
+
     def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
         # the loop's last call: deliver what is not sent yet and wait for every call
         self.flush()

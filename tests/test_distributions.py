@@ -1,0 +1,110 @@
+"""Action distributions against closed forms, and what the worker sends a Box env."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from asyncrl.distributions import Categorical, DiagGaussian, distribution_for, sample_categorical
+from asyncrl.envs import ActionSpace
+
+
+def test_gaussian_log_prob_and_entropy_sum_over_dimensions_closed_form():
+    mean = torch.tensor([[0.0, 1.0], [2.0, -1.0]])
+    std = torch.tensor([[1.0, 0.5], [2.0, 0.1]])
+    a = torch.tensor([[0.5, 1.0], [0.0, -1.2]])
+    d = DiagGaussian(mean, std)
+    by_hand = (-((a - mean) ** 2) / (2 * std**2) - std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
+    torch.testing.assert_close(d.log_prob(a), by_hand)
+    torch.testing.assert_close(
+        d.log_prob(a), torch.distributions.Normal(mean, std).log_prob(a).sum(-1)
+    )
+    torch.testing.assert_close(
+        d.entropy(), (0.5 * math.log(2 * math.pi * math.e) + std.log()).sum(-1)
+    )
+    torch.testing.assert_close(d.mode(), mean)
+
+
+def test_gaussian_samples_follow_mean_and_std():
+    d = DiagGaussian(torch.tensor([[1.0, -2.0]]).repeat(50_000, 1), torch.tensor([0.5, 2.0]))
+    x = d.sample(np.random.default_rng(0))
+    assert x.dtype == np.float32 and x.shape == (50_000, 2)
+    np.testing.assert_allclose(x.mean(0), [1.0, -2.0], atol=0.03)
+    np.testing.assert_allclose(x.std(0), [0.5, 2.0], atol=0.03)
+
+
+def test_categorical_matches_torch_and_samples_by_inverse_cdf():
+    logits = torch.tensor([[1.0, 2.0, 0.5], [0.0, 0.0, 0.0]])
+    d, ref = Categorical(logits), torch.distributions.Categorical(logits=logits)
+    a = torch.tensor([1, 2])
+    torch.testing.assert_close(d.log_prob(a), ref.log_prob(a))
+    torch.testing.assert_close(d.entropy(), ref.entropy())
+    assert d.mode().tolist() == [1, 0]
+    rng = np.random.default_rng(0)
+    probs = np.tile(np.array([[0.1, 0.6, 0.3]], np.float32), (20000, 1))
+    counts = np.bincount(sample_categorical(probs, rng), minlength=3) / 20000
+    np.testing.assert_allclose(counts, [0.1, 0.6, 0.3], atol=0.015)
+
+
+def test_the_action_space_picks_the_distribution():
+    box = ActionSpace("box", shape=(2,), low=(-1.0, -1.0), high=(1.0, 1.0))
+    head = torch.zeros(3, 4)  # mean and log-std of 2 dimensions
+    d = distribution_for(box, head)
+    assert isinstance(d, DiagGaussian) and d.mean.shape == (3, 2)
+    torch.testing.assert_close(d.std, torch.ones(3, 2))
+    assert isinstance(distribution_for(ActionSpace("discrete", 3), torch.zeros(3, 3)), Categorical)
+
+
+@pytest.mark.parametrize("std", ["param", "softplus"])
+def test_box_actions_are_clipped_for_the_env_and_kept_raw_for_the_log_prob(std, monkeypatch):
+    import typing
+
+    from asyncrl import algos
+    from asyncrl.algos.a3c import A3C
+    from asyncrl.backends.local import SharedMemory, run_worker
+    from asyncrl.config import Config
+    from asyncrl.envs import probe_env
+    from asyncrl.state import GlobalState
+
+    class Recording(A3C):
+        seen: typing.ClassVar[list] = []
+
+        def loss(self, model, rollout, target_model=None):
+            Recording.seen.append(rollout.actions.copy())
+            return super().loss(model, rollout, target_model)
+
+    sent = []
+    monkeypatch.setitem(algos.REGISTRY, "a3c", Recording)
+    cfg = Config(env="Pendulum-v1", steps=400, t_max=4, envs_per_worker=2, gaussian_std=std)
+    info = probe_env(cfg.env, "a3c")
+    state = GlobalState.create(cfg, Recording(cfg, info).model_spec(), 1, False)
+    with torch.no_grad():
+        state.params.zero_()  # mean 0; log-std 0 (std 1) or softplus(0) (std ~0.69)
+    from asyncrl.envs import make_vec_env as real_make
+
+    def recording_make(*a, **k):
+        env = real_make(*a, **k)
+        orig = env.step
+
+        def step(action):
+            sent.append(np.array(action))
+            return orig(action)
+
+        env.step = step
+        return env
+
+    import asyncrl.worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "make_vec_env", recording_make)
+
+    class Outbox(list):
+        send = list.append
+
+    run_worker(0, 0, cfg, info, SharedMemory.create(state, 1), None, Outbox())
+    raw = np.concatenate([a.reshape(-1) for a in Recording.seen])
+    to_env = np.concatenate([s.reshape(-1) for s in sent])
+    assert np.abs(to_env).max() <= 2.0  # Pendulum's torque bounds
+    assert (np.abs(raw) > 2.0).any() or std == "softplus"  # std 1: some samples beyond 2
+    n = min(len(raw), len(to_env))
+    np.testing.assert_allclose(to_env[:n], np.clip(raw[:n], -2, 2))
