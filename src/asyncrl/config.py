@@ -89,6 +89,9 @@ class Config:
     normalize_obs: bool = False
     """normalise vector observations by a running mean and variance shared by all workers,
     saved with the model and applied (frozen) at evaluation"""
+    reward_scale: float = 1.0
+    """multiply the learning reward by this (episodes report the env's own); a small scale keeps
+    the critic's gradient from swamping the actor's under one global clipping norm"""
     obs_clip: float = 10.0
     """with --normalize-obs: clip normalised observations to +-this"""
     gaussian_std: Literal["param", "softplus"] = "param"
@@ -243,6 +246,7 @@ class Config:
         )
         self.env_kwargs_dict  # noqa: B018 (raises the UserError for a malformed pair)
         need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
+        need(self.reward_scale > 0, "reward-scale", f"must be > 0, got {self.reward_scale}")
         need(
             not (self.normalize_obs and self.backend == "ray"),
             "normalize-obs",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -219,6 +220,10 @@ class ActorCritic(nn.Module):
     """Policy (the parameters of a distribution) and state value; one encoder shared by both
     heads (the paper) or one each."""
 
+    _pi_encode: Callable[[torch.Tensor], torch.Tensor]
+    _pi_w: torch.Tensor
+    _pi_b: torch.Tensor
+
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.action = spec.action
@@ -241,13 +246,19 @@ class ActorCritic(nn.Module):
         self.log_std = (
             nn.Parameter(torch.zeros(spec.action.dim)) if box and not self.softplus_std else None
         )
+        # The behaviour policy runs once per env step, where each nn.Module attribute lookup
+        # costs about a microsecond: keep plain references to what it touches (the same
+        # objects: flatten_parameters and load_state_dict change their data in place).
+        object.__setattr__(self, "_pi_encode", self.pi_body.forward)
+        object.__setattr__(self, "_pi_w", self.pi_head.weight)
+        object.__setattr__(self, "_pi_b", self.pi_head.bias)
 
     def core(self, features: torch.Tensor) -> torch.Tensor:
         """The identity: the recurrent core of the LSTM agent takes this place."""
         return features
 
     def _policy(self, h: torch.Tensor) -> torch.Tensor:
-        out = F.linear(h, self.pi_head.weight, self.pi_head.bias)
+        out = F.linear(h, self._pi_w, self._pi_b)
         if self.log_std is not None:
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         elif self.std_head is not None:
@@ -269,7 +280,7 @@ class ActorCritic(nn.Module):
         """The distribution parameters alone (acting skips a separate critic)."""
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        return self._policy(self.core(self.pi_body.forward(obs)))
+        return self._policy(self.core(self._pi_encode(obs)))
 
     def distribution(self, params: torch.Tensor) -> Distribution:
         return distribution_for(self.action, params)

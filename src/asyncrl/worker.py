@@ -186,6 +186,7 @@ class Worker:
         self.high = (
             np.asarray(info.action.high, np.float32).reshape(info.action.shape) if box else None
         )
+        self.scale = cfg.reward_scale
         self.T = self.algo.rollout_length()
         self.buf = Rollout.for_env(self.T, B, info)
         self.obs_t = torch.from_numpy(self.buf.obs)  # views: buf.obs[t] writes show in obs_t[t]
@@ -300,7 +301,9 @@ class Worker:
                 self.obs, reward, term, trunc, info = self.envs.step(to_env)
                 done = term | trunc
                 buf.actions[t] = action
-                buf.rewards[t] = reward * valid
+                buf.rewards[t] = (
+                    reward * valid if self.scale == 1.0 else reward * valid * self.scale
+                )
                 buf.terminated[t] = term
                 buf.ends[t] = done
                 score = info.get("score")

@@ -1,0 +1,91 @@
+"""Atari and MinAtar figures: training throughput in emulator frames per second, and time to a
+score.
+
+    python benchmarks/atari.py throughput --seeds 3              # Pong, 1 and 2 workers, both nets
+    python benchmarks/atari.py solve --env PongNoFrameskip-v4 --target 18 --seeds 1
+    python benchmarks/atari.py solve --env MinAtar/Breakout-v1 --target 3 --seeds 3
+
+``throughput`` runs whole `asyncrl train` processes with a fixed budget and the stop rule off
+and reports the median (over seeds) of the summary's ``frames_per_second`` (training phase,
+4 frames per agent step) per worker count and network. ``solve`` runs the default settings to
+the target (mean score of the last 100 games) and reports the median whole-process time and
+frames to get there. Extra arguments after ``--`` go to `asyncrl train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from common import run_train
+
+
+def throughput(args: argparse.Namespace) -> None:
+    cells = [(w, net) for net in args.nets for w in args.workers]
+    fps: dict[tuple[int, str], list[float]] = {c: [] for c in cells}
+    with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
+        for seed in range(args.seeds):
+            for w, net in cells:  # interleaved: drift in the machine's speed hits all cells
+                extra = ["--env", args.env, "--workers", str(w), "--net", net]
+                extra += ["--steps", str(args.steps), "--target-return", "1e9", *args.extra]
+                s = run_train(seed, extra, Path(tmp))
+                fps[(w, net)].append(s["frames_per_second"])
+                print(f"seed {seed} x{w} {net}: {fps[(w, net)][-1]:,.0f} frames/s", flush=True)
+    print(f"\n{args.env}: training frames/s, median of {args.seeds} seeds")
+    print("| network | workers | frames/s | agent steps/s |\n|---|---|---|---|")
+    for w, net in cells:
+        m = statistics.median(fps[(w, net)])
+        print(f"| {net} | {w} | {m:,.0f} | {m / 4:,.0f} |")
+
+
+def solve(args: argparse.Namespace) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
+        for seed in range(args.seeds):
+            extra = ["--env", args.env, "--target-return", str(args.target), *args.extra]
+            s = run_train(seed, extra, Path(tmp))
+            rows.append(s)
+            frames = (s["solve_steps"] or 0) * s["total_frames"] // max(s["total_steps"], 1)
+            print(
+                f"seed {seed}: solved={s['solved']} process {s['process_seconds']:.0f} s, "
+                f"{frames:,} frames to the target, final mean score {s['rolling_return']}",
+                flush=True,
+            )
+    solved = [r for r in rows if r["solved"]]
+    print(f"\n{args.env}: {len(solved)}/{len(rows)} seeds reached a mean score of {args.target}")
+    if solved:
+        t = statistics.median(r["process_seconds"] for r in solved)
+        steps = statistics.median(r["solve_steps"] for r in solved)
+        per = solved[0]["total_frames"] / max(solved[0]["total_steps"], 1)
+        print(
+            f"median whole-process time {t:.0f} s; median agent steps {steps:,.0f} "
+            f"({steps * per:,.0f} frames)"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--env", default="PongNoFrameskip-v4")
+    t.add_argument("--seeds", type=int, default=3)
+    t.add_argument("--steps", type=int, default=40_000, help="agent-step budget of each run")
+    t.add_argument("--workers", nargs="+", type=int, default=[1, 2])
+    t.add_argument("--nets", nargs="+", default=["a3c", "nature"])
+    t.add_argument("extra", nargs="*")
+    s = sub.add_parser("solve")
+    s.add_argument("--env", default="PongNoFrameskip-v4")
+    s.add_argument("--target", type=float, default=18.0)
+    s.add_argument("--seeds", type=int, default=1)
+    s.add_argument("extra", nargs="*")
+    args = p.parse_args()
+    {"throughput": throughput, "solve": solve}[args.mode](args)
+    print(f"reproduce: python benchmarks/atari.py {shlex.join(sys.argv[1:])}")
+
+
+if __name__ == "__main__":
+    main()
