@@ -16,6 +16,7 @@ checkpoint and ``asyncrl.load`` all construct the same architecture without pick
 from __future__ import annotations
 
 import itertools
+import threading
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -177,10 +178,20 @@ class ObsNormalizer(nn.Module):
         return x.clamp(-self.clip, self.clip)
 
 
+_STATS_LOCK = threading.Lock()
+
+
 def update_obs_stats(stats: torch.Tensor, batch: np.ndarray) -> None:
     """Merge a batch's mean and variance into ``[count, mean, var]`` in place (Chan et al.'s
-    parallel update). Workers do this lock-free on the shared buffer: a lost race costs one
-    batch's worth of statistics, nothing worse."""
+    parallel update). Worker processes do this lock-free on the shared buffer: a lost race
+    costs one batch's worth of statistics, nothing worse. Worker threads take a lock of this
+    process (torch releases the GIL inside each op, so threads would race on every update; a
+    thread cannot be killed while holding it, and processes never contend for it)."""
+    with _STATS_LOCK:
+        _merge(stats, batch)
+
+
+def _merge(stats: torch.Tensor, batch: np.ndarray) -> None:
     x = torch.from_numpy(np.asarray(batch, np.float32)).reshape(len(batch), -1)
     n_b = x.shape[0]
     if n_b == 0:
