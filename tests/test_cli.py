@@ -203,3 +203,18 @@ def test_eval_video_writes_an_mp4_and_never_overwrites(run_dir, tmp_path, capsys
     size = video.stat().st_size
     assert main(["eval", str(run_dir), "--video", str(video)]) == 2
     assert "exists" in capsys.readouterr().err and video.stat().st_size == size
+
+
+def test_box_actions_with_a_q_method_or_an_unknown_space_get_one_line(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert (
+        exit_code(
+            ["train", "--env", "Pendulum-v1", "--algo", "onestep-sarsa", "--run-dir", str(run_dir)]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "Box action space" in err and "use --algo a3c" in err and not run_dir.exists()
+    assert exit_code(["train", "--env", "Pong-v0x", "--run-dir", str(run_dir)]) == 2
+    assert exit_code(["train", "--env-kwargs", "=1", "--run-dir", str(run_dir)]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err

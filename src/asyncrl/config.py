@@ -348,6 +348,21 @@ _PRESETS: dict[str, dict[str, Any]] = {
         eps_anneal_steps=1_000_000,
         checkpoint_every="300s",
     ),
+    # Continuous control (Box actions: Pendulum, LunarLanderContinuous, BipedalWalker, MuJoCo):
+    # tuned on Pendulum-v1 here (README table): gamma 0.9 and GAE(0.9), observations
+    # normalised, rewards scaled by 1/8, a large lr with no gradient clipping, no entropy bonus
+    "control": dict(
+        envs_per_worker=16,
+        t_max=8,
+        lr=1e-2,
+        gamma=0.9,
+        gae_lambda=0.9,
+        entropy_coef=0.0,
+        max_grad_norm=0.0,
+        reward_scale=0.125,
+        normalize_obs=True,
+        steps=2_000_000,
+    ),
     # MinAtar's 10x10 games: small conv net, CartPole-like batch settings
     "minatar": dict(
         envs_per_worker=16,
@@ -379,29 +394,36 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def auto_preset(env: str) -> str:
+def auto_preset(env: str, env_kwargs: tuple[str, ...] = ()) -> str:
     """The preset an env id selects when the user names none: atari for ALE games, minatar
-    for MinAtar, cartpole (the vector-observation defaults) otherwise."""
+    for MinAtar, control for Box actions, cartpole (the vector-observation defaults)
+    otherwise."""
     plain = env.rpartition(":")[2]
     if plain.startswith("MinAtar/"):
         return "minatar"
     if plain.startswith("ALE/") or "NoFrameskip" in plain:
         return "atari"
-    if plain.endswith(("-v4", "-v5")) and "/" not in plain:
-        from asyncrl.envs import env_spec, is_atari
+    import gymnasium as gym
 
-        try:
-            return "atari" if is_atari(env_spec(plain)) else "cartpole"
-        except UserError:
-            return "cartpole"
-    return "cartpole"
+    from asyncrl.envs import env_spec, is_atari, parse_env_kwargs
+
+    try:
+        spec = env_spec(env)
+        if is_atari(spec):
+            return "atari"
+        env_ = gym.make(spec.id, **parse_env_kwargs(env_kwargs))
+        box = isinstance(env_.action_space, gym.spaces.Box)
+        env_.close()
+    except Exception:  # an unknown or broken env: train reports it properly
+        return "cartpole"
+    return "control" if box else "cartpole"
 
 
 def preset(name: str | None, **overrides: Any) -> Config:
     """A :class:`Config` from a named preset with ``overrides`` applied; ``None`` picks the
     preset from the env (:func:`auto_preset`)."""
     if name is None:
-        name = auto_preset(overrides.get("env", Config.env))
+        name = auto_preset(overrides.get("env", Config.env), overrides.get("env_kwargs", ()))
     if name not in _PRESETS:
         raise UserError(f"--preset: unknown preset {name!r}, choose one of {', '.join(_PRESETS)}")
     return Config(**{**_PRESETS[name], **overrides})
