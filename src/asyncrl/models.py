@@ -16,8 +16,8 @@ checkpoint and ``asyncrl.load`` all construct the same architecture without pick
 from __future__ import annotations
 
 import itertools
-import threading
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal
