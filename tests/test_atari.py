@@ -234,7 +234,8 @@ def test_the_atari_preset_and_probe():
     from asyncrl.envs import probe_env
 
     assert auto_preset("PongNoFrameskip-v4") == "atari" == auto_preset("ALE/Breakout-v5")
-    assert auto_preset("CartPole-v1") == "cartpole" and auto_preset("HalfCheetah-v5") == "cartpole"
+    assert auto_preset("CartPole-v1") == "cartpole" and auto_preset("Pendulum-v1") == "control"
+    assert auto_preset("MinAtar/Breakout-v1") == "minatar"
     info = probe_env("ALE/Pong-v5", "a3c")
     assert info.obs_shape == (4, 84, 84) and info.obs_dtype == "uint8"
     assert info.frames_per_step == 4 and info.action.n == 6
