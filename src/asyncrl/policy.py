@@ -108,8 +108,19 @@ def evaluate(
         policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal
     writer = None if video is None else _video_writer(Path(video), policy.env_id)
     rng = np.random.default_rng(seed)
+    import gymnasium as gym
+
     render = None if video is None else "rgb_array"
-    env = make_eval_env(policy.env_id, seed, render, policy.env_kwargs)
+    try:
+        env = make_eval_env(policy.env_id, seed, render, policy.env_kwargs)
+        if video is not None:
+            env.reset(seed=seed)
+            env.render()  # fails here, not mid-file, if the env cannot render
+    except gym.error.DependencyNotInstalled as e:
+        if writer is not None:
+            writer.close()
+            Path(video).unlink(missing_ok=True)  # type: ignore[arg-type]
+        raise UserError(f"{policy.env_id} cannot run or render here: {e}") from None
     returns = []
     try:
         for i in range(episodes):
