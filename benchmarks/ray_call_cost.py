@@ -24,11 +24,12 @@ import asyncrl
 from asyncrl.algos import make_algorithm
 from asyncrl.backends.ray import ParameterServer, start_ray
 from asyncrl.envs import probe_env
-from asyncrl.models import build_model, flatten_parameters
+from asyncrl.state import GlobalState
 
 
-def server_us_per_gradient(cfg: asyncrl.Config, params: np.ndarray, calls: int) -> float:
-    server = ParameterServer(cfg, params, None, None, 0, 0)
+def server_us_per_gradient(cfg: asyncrl.Config, state: GlobalState, calls: int) -> float:
+    server = ParameterServer(cfg, state.snapshot())
+    params = state.params.numpy()
     grads = np.random.default_rng(0).standard_normal((1, params.size)).astype(np.float32)
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -43,9 +44,9 @@ def main() -> None:
     args = p.parse_args()
     cfg = asyncrl.Config(backend="ray").validate()
     info = probe_env(cfg.env, cfg.algo)
-    params = flatten_parameters(build_model(make_algorithm(cfg, info).model_spec()))
-    params = params.detach().numpy().copy()
-    local = [server_us_per_gradient(cfg, params, args.calls) for _ in range(args.repeats)]
+    state = GlobalState.create(cfg, make_algorithm(cfg, info).model_spec(), 1, False, False)
+    params = state.params.numpy()
+    local = [server_us_per_gradient(cfg, state, args.calls) for _ in range(args.repeats)]
 
     import ray
 

@@ -80,6 +80,11 @@ class ParameterServer:
         limit_threads()
         self.cfg = cfg
         self.state = GlobalState.from_snapshot(cfg, snap)
+        # A serial actor: plain ints count (a torch index costs microseconds per call); the
+        # state's counter tensor is brought up to date when a snapshot is taken.
+        self.steps = self.state.steps()
+        self.episodes = self.state.episodes()
+        self.nonfinite = self.state.nonfinite()
         self.version = 0
         self.stream: list[Episodes] = []
         self.lags: collections.Counter[int] = collections.Counter()
@@ -87,20 +92,15 @@ class ParameterServer:
         self.dropped = 0
         self.stop = False
 
-    @property
-    def steps(self) -> int:
-        return self.state.steps()
-
     def pull(self, want_target: bool) -> tuple:
         target = self.state.target_params
         target_np = target.numpy() if (want_target and target is not None) else None
         return self.version, self.state.params.numpy(), target_np, self.steps, self.stop
 
     def push(self, grad: np.ndarray | None, version: int, n_steps: int, worker: int) -> int:
-        counters = self.state.counters
-        counters[STEPS, 0] += n_steps
+        self.steps += n_steps
         if grad is None:
-            counters[NONFINITE, 0] += 1
+            self.nonfinite += 1
             return self.steps
         lag = self.version - version
         self.lags[lag] += 1
@@ -123,7 +123,7 @@ class ParameterServer:
         for row, (finite, version, n_steps) in enumerate(meta):
             self.push(grads[row] if finite else None, version, n_steps, worker)
         for finished, stats, step in reports:
-            self.state.counters[EPISODES, 0] += len(finished)
+            self.episodes += len(finished)
             self.stream.append(Episodes(worker, finished, step, stats))
         return self.pull(want_target)
 
@@ -140,6 +140,9 @@ class ParameterServer:
         self.stop = True
 
     def snapshot(self) -> GlobalSnapshot:
+        counters = self.state.counters
+        counters[STEPS, 0], counters[EPISODES, 0] = self.steps, self.episodes
+        counters[NONFINITE, 0] = self.nonfinite
         return self.state.snapshot()
 
     def statistics(self) -> dict[str, Any]:
