@@ -107,3 +107,23 @@ gym.register(
     max_episode_steps=500,
     kwargs={"fault": "raise", "once": False, "at_step": 50},
 )
+
+
+# ---------------------------------------------------------------- memory
+class CartPoleNoVelocity(gym.ObservationWrapper):
+    """CartPole-v1 with the velocities removed: the observation is (x, theta) only, so a
+    memoryless policy cannot tell which way the pole is moving (the LSTM agent's test)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(gym.make("CartPole-v1", **kwargs))
+        self.observation_space = gym.spaces.Box(
+            self.env.observation_space.low[[0, 2]], self.env.observation_space.high[[0, 2]]
+        )
+
+    def observation(self, obs):
+        return obs[[0, 2]]
+
+
+gym.register(
+    "asyncrl-test/CartPoleNoVelocity-v1", entry_point=CartPoleNoVelocity, reward_threshold=475.0
+)

@@ -97,6 +97,10 @@ class Config:
     gaussian_std: Literal["param", "softplus"] = "param"
     """A3C with Box actions: the Gaussian's std as a state-independent parameter (param) or a
     softplus of a second head (softplus, the paper)"""
+    core: Literal["none", "lstm"] = "none"
+    """A3C: an LSTM between the encoder and the heads (the paper's recurrent agent)"""
+    lstm_size: int | None = None
+    """LSTM cells (default: 256 for images, 128 otherwise)"""
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
     """encoder: mlp for vectors; for images the A3C paper's conv net (a3c), the Nature DQN net
     (nature) or MinAtar's small one (minatar); auto picks from the observation space"""
@@ -182,6 +186,7 @@ class Config:
             "optimizer",
             "net",
             "gaussian_std",
+            "core",
         ):
             choices = literal_choices(name)
             value = getattr(self, name)
@@ -246,6 +251,16 @@ class Config:
         )
         self.env_kwargs_dict  # noqa: B018 (raises the UserError for a malformed pair)
         need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
+        need(
+            self.core == "none" or self.algo == "a3c",
+            "core",
+            f"the LSTM core is built for A3C; {self.algo} has none (drop --core lstm)",
+        )
+        need(
+            self.lstm_size is None or self.lstm_size >= 1,
+            "lstm-size",
+            f"must be >= 1, got {self.lstm_size}",
+        )
         need(self.reward_scale > 0, "reward-scale", f"must be > 0, got {self.reward_scale}")
         need(
             not (self.normalize_obs and self.backend == "ray"),

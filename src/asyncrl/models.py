@@ -52,6 +52,9 @@ class ModelSpec:
     #: Box actions: "param" (a state-independent log-std) or "softplus" (the paper's
     #: state-dependent variance, a softplus of a second linear head)
     gaussian_std: Literal["param", "softplus"] = "param"
+    #: the core between encoder and heads: none, or an LSTM of core_size cells
+    core: Literal["none", "lstm"] = "none"
+    core_size: int = 128
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -245,8 +248,17 @@ class ActorCritic(nn.Module):
             else None
         )
         self.pi_body = build_encoder(spec)
-        self.v_body = self.pi_body if spec.shared_trunk else build_encoder(spec)
+        # the recurrent agent has one encoder and one core for both heads (the paper's)
+        self.recurrent = spec.core == "lstm"
+        shared = spec.shared_trunk or self.recurrent
+        self.v_body = self.pi_body if shared else build_encoder(spec)
+        self.shared_trunk = shared
         d = self.pi_body.out_dim
+        self.lstm = nn.LSTMCell(d, spec.core_size) if self.recurrent else None
+        if self.lstm is not None:
+            for name, p in self.lstm.named_parameters():
+                (nn.init.orthogonal_ if "weight" in name else nn.init.zeros_)(p)
+            d = spec.core_size
         self.pi_head = _linear(d, spec.action.dim, 0.01)
         self.v_head = _linear(d, 1, 1.0)
         box = spec.action.kind == "box"
@@ -265,8 +277,50 @@ class ActorCritic(nn.Module):
         object.__setattr__(self, "_pi_b", self.pi_head.bias)
 
     def core(self, features: torch.Tensor) -> torch.Tensor:
-        """The identity: the recurrent core of the LSTM agent takes this place."""
+        """The identity for the feed-forward agent (the LSTM runs in :meth:`step` and
+        :meth:`unroll`, which carry its state)."""
         return features
+
+    # ------------------------------------------------------------------ the recurrent core
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """Zero (h, c) for ``batch`` envs: one ``(batch, 2, core_size)`` tensor."""
+        assert self.lstm is not None
+        return torch.zeros(batch, 2, self.lstm.hidden_size)
+
+    def _cell(self, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        assert self.lstm is not None
+        keep = (~first).to(x.dtype)[:, None, None]
+        state = state * keep  # a new episode starts from zero
+        h, c = self.lstm(x, (state[:, 0], state[:, 1]))
+        return torch.stack([h, c], dim=1)
+
+    def step(
+        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of the recurrent policy: distribution parameters and the new state."""
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
+        state = self._cell(self.pi_body.forward(obs), state, first)
+        return self._policy(state[:, 0]), state
+
+    def unroll(
+        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A rollout's sequence ``(T+1, B, ...)`` recomputed from the state at its start (PFRL's
+        way): the encoder in one batched pass, the LSTM step by step with the state zeroed
+        where ``first`` says, the heads in one pass. Returns parameters ``(T+1, B, ...)`` and
+        values ``(T+1, B)``; gradients reach back to the start of the rollout, not beyond."""
+        T1, B = first.shape
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs.flatten(0, 1)).unflatten(0, (T1, B))
+        x = self.pi_body.forward(obs.flatten(0, 1)).unflatten(0, (T1, B))
+        hs = []
+        for t in range(T1):
+            state = self._cell(x[t], state, first[t])
+            hs.append(state[:, 0])
+        h = torch.stack(hs).flatten(0, 1)
+        v = F.linear(h, self.v_head.weight, self.v_head.bias).squeeze(-1)
+        return self._policy(h).unflatten(0, (T1, B)), v.unflatten(0, (T1, B))
 
     def _policy(self, h: torch.Tensor) -> torch.Tensor:
         out = F.linear(h, self._pi_w, self._pi_b)

@@ -32,6 +32,13 @@ class Policy:
         self.env_id = env_id
         self.env_kwargs = env_kwargs or {}
         self._greedy = REGISTRY[algo].greedy
+        self.recurrent = bool(getattr(model, "recurrent", False))
+        self.state: torch.Tensor | None = None  # the LSTM's (h, c) per evaluated env
+
+    def reset(self) -> None:
+        """Forget the recurrent state: call it when an episode starts (``evaluate`` does).
+        A feed-forward policy has none; this does nothing then."""
+        self.state = None
 
     @torch.no_grad()
     def act(
@@ -55,6 +62,8 @@ class Policy:
             )
         if single:
             x = x.unsqueeze(0)
+        if self.recurrent:
+            return self._act_recurrent(x, single, deterministic, rng)
         if deterministic:
             a = self._greedy(self.model, x).numpy()
         elif isinstance(self.model, ActorCritic):
@@ -65,6 +74,26 @@ class Policy:
                 f"{self.algo} learns Q values and acts greedily at evaluation; its exploration "
                 "epsilon is a training schedule, not a policy: evaluate it deterministically"
             )
+        if single:
+            return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
+        return a
+
+
+    def _act_recurrent(
+        self, x: torch.Tensor, single: bool, deterministic: bool, rng: np.random.Generator | None
+    ) -> np.ndarray | int:
+        """The recurrent policy keeps one state per env of the batch, from zero after
+        :meth:`reset` (or when the batch size changes)."""
+        model: ActorCritic = self.model  # type: ignore[assignment]
+        n = x.shape[0]
+        if self.state is None or self.state.shape[0] != n:
+            self.state = model.initial_state(n)
+        params, self.state = model.step(x, self.state, torch.zeros(n, dtype=torch.bool))
+        dist = model.distribution(params)
+        if deterministic:
+            a = dist.mode().numpy()
+        else:
+            a = dist.sample(rng if rng is not None else np.random.default_rng())
         if single:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
         return a
@@ -125,6 +154,7 @@ def evaluate(
     try:
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
+            policy.reset()  # a recurrent policy starts each episode from a zero state
             total, done = 0.0, False
             while not done:
                 if writer is not None:

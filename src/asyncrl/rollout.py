@@ -29,6 +29,8 @@ class Rollout:
     terminated: np.ndarray  # (T, B) bool: s_{t+1} is terminal
     ends: np.ndarray  # (T, B) bool: the episode ended at t (terminated or truncated)
     valid: np.ndarray  # (T, B) bool: a real transition, not an autoreset step
+    first: np.ndarray  # (T+1, B) bool: obs[t] is the first of an episode (a recurrent state
+    #                    starts from zero there: the row after an autoreset step)
 
     @classmethod
     def empty(
@@ -48,6 +50,7 @@ class Rollout:
             terminated=np.zeros((T, B), bool),
             ends=np.zeros((T, B), bool),
             valid=np.zeros((T, B), bool),
+            first=np.zeros((T + 1, B), bool),
         )
 
     @classmethod
@@ -65,6 +68,7 @@ class Rollout:
             terminated=self.terminated[:n],
             ends=self.ends[:n],
             valid=self.valid[:n],
+            first=self.first[: n + 1],
         )
 
     @property

@@ -197,6 +197,7 @@ class Worker:
             self.envs = make_vec_env(cfg.env, B, self.env_seeds[0], cfg.env_kwargs_dict)
             self.obs = reset_vec_env(self.envs, self.env_seeds)
             self.prev_done = np.zeros(B, bool)
+            self.first = np.ones(B, bool)  # the next observation starts an episode
             self.ep_return = np.zeros(B, np.float64)
             self.ep_length = np.zeros(B, np.int64)
         self.bad_in_a_row = 0
@@ -210,6 +211,7 @@ class Worker:
             "envs": dump_vec_env(self.envs),
             "obs": self.obs.copy(),
             "prev_done": self.prev_done.copy(),
+            "first": self.first.copy(),
             "ep_return": self.ep_return.copy(),
             "ep_length": self.ep_length.copy(),
         }
@@ -220,6 +222,7 @@ class Worker:
         self.envs = pickle.loads(state["envs"])
         self.obs = state["obs"]
         self.prev_done = state["prev_done"]
+        self.first = state["first"]
         self.ep_return = state["ep_return"]
         self.ep_length = state["ep_length"]
 
@@ -296,7 +299,10 @@ class Worker:
                 buf.obs[t] = self.obs
                 valid = ~self.prev_done
                 buf.valid[t] = valid
-                action = algo.act(self.model, self.obs_t[t], global_step, self.rng)
+                buf.first[t] = self.first
+                action = algo.act(self.model, self.obs_t[t], global_step, self.rng, self.first)
+                # after an autoreset step, the next observation is a new episode's first
+                self.first = ~valid
                 to_env = action if self.low is None else np.clip(action, self.low, self.high)
                 self.obs, reward, term, trunc, info = self.envs.step(to_env)
                 done = term | trunc
@@ -322,6 +328,7 @@ class Worker:
                         length = t + 1
                         break
             buf.obs[length] = self.obs
+            buf.first[length] = self.first
             algo.end_rollout(self.model, buf.prefix(length), global_step, self.rng)
         return finished, length
 

@@ -11,6 +11,14 @@ Per rollout of up to t_max steps (of each of the worker's envs):
 pi is whatever distribution the action space calls for (softmax for Discrete, Gaussian for
 Box): this file only asks it for log_prob, entropy, sample and mode.
 
+With ``--core lstm`` (the paper's recurrent agent) this worker's algorithm state holds one (h, c)
+per env, carried from rollout to rollout: the state at the start of a rollout is kept, and the
+loss recomputes the rollout's sequence from it in one unroll (truncated backpropagation over the
+rollout: no gradient reaches the previous one). The state restarts from zero at the first
+observation of each episode: with next-step autoreset that is the row *after* the reset step
+(the row of the reset step holds the old episode's final observation, whose value the
+bootstrap needs with the old episode's state).
+
 The gradient of the whole rollout comes from one batched forward and backward pass, which equals
 the paper's per-step accumulation of d(theta) (tests/test_optim.py checks this). Deviation: the
 paper sums the per-step terms; we divide the sum by the rollout's size t_max x envs (a constant,
@@ -36,8 +44,31 @@ class A3C(Algorithm):
     def model_spec(self) -> ModelSpec:
         return model_spec_for(self.cfg, "actor-critic", self.info)
 
-    def act(self, model, obs, global_step, rng):
-        return model.distribution(model.policy(obs)).sample(rng)
+    def start_worker(self, worker_id, rng):
+        self.recurrent = self.cfg.core == "lstm"
+        self.state: torch.Tensor | None = None  # (B, 2, H): the LSTM's (h, c) per env
+        self.start_state: torch.Tensor | None = None  # the state at the rollout's start
+
+    def worker_state(self) -> dict:
+        if self.state is None:
+            return {}
+        return {"lstm": self.state.numpy().copy()}
+
+    def load_worker_state(self, state: dict) -> None:
+        if "lstm" in state:
+            self.state = torch.from_numpy(state["lstm"])
+
+    def begin_rollout(self, model, global_step):
+        if self.recurrent:
+            self.start_state = self.state  # None until the first step: zeros then
+
+    def act(self, model, obs, global_step, rng, first=None):
+        if not self.recurrent:
+            return model.distribution(model.policy(obs)).sample(rng)
+        if self.state is None:
+            self.state = self.start_state = model.initial_state(obs.shape[0])
+        params, self.state = model.step(obs, self.state, torch.from_numpy(first))
+        return model.distribution(params).sample(rng)
 
     @staticmethod
     def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
@@ -47,7 +78,12 @@ class A3C(Algorithm):
     def loss(self, model, rollout: Rollout, target_model=None):
         cfg = self.cfg
         T, B = rollout.t_max, rollout.num_envs
-        params, values = model(rollout.obs_tensor())
+        if self.recurrent:
+            assert self.start_state is not None
+            obs = torch.from_numpy(rollout.obs)
+            params, values = model.unroll(obs, self.start_state, torch.from_numpy(rollout.first))
+        else:
+            params, values = model(rollout.obs_tensor())
         dist = model.distribution(params.view(T + 1, B, -1)[:T])
         values = values.view(T + 1, B)
         v = values[:T]

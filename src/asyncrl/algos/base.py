@@ -75,9 +75,15 @@ class Algorithm(ABC):
     # ------------------------------------------------------------------ acting and learning
     @abstractmethod
     def act(
-        self, model: nn.Module, obs: torch.Tensor, global_step: int, rng: np.random.Generator
+        self,
+        model: nn.Module,
+        obs: torch.Tensor,
+        global_step: int,
+        rng: np.random.Generator,
+        first: np.ndarray,
     ) -> np.ndarray:
-        """Behaviour actions for a batch of observations ``(B, *obs_shape)``; under no_grad."""
+        """Behaviour actions for a batch of observations ``(B, *obs_shape)``; under no_grad.
+        ``first[i]``: ``obs[i]`` starts an episode (a recurrent state restarts from zero)."""
 
     @abstractmethod
     def loss(
@@ -115,6 +121,8 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
         kind=kind,
         obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
         gaussian_std=cfg.gaussian_std,
+        core=cfg.core,
+        core_size=cfg.lstm_size or (256 if image else 128),
         obs_shape=shape,
         obs_dtype=info.obs_dtype,
         action=info.action,

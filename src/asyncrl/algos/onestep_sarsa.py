@@ -36,11 +36,11 @@ class OneStepSarsa(ValueBased):
     def horizon(self) -> int:
         return 1
 
-    def act(self, model, obs, global_step, rng):
+    def act(self, model, obs, global_step, rng, first=None):
         if self.pending is not None:
             action, self.pending = self.pending, None
             return action
-        return super().act(model, obs, global_step, rng)
+        return super().act(model, obs, global_step, rng, first)
 
     def end_rollout(self, model, rollout, global_step, rng):
         self.pending = super().act(model, torch.from_numpy(rollout.obs[-1]), global_step, rng)

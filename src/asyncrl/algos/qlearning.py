@@ -46,7 +46,7 @@ class ValueBased(Algorithm):
         frac = min(1.0, global_step / cfg.eps_anneal_steps)
         return cfg.eps_start + frac * (self.eps_final - cfg.eps_start)
 
-    def act(self, model, obs, global_step, rng):
+    def act(self, model, obs, global_step, rng, first=None):
         actions = model(obs).argmax(-1).numpy()
         self.last_epsilon = eps = self.epsilon(global_step)
         explore = rng.random(actions.shape[0]) < eps

@@ -1,0 +1,154 @@
+"""The recurrent (LSTM) agent's bookkeeping: where the state restarts, what the unroll
+recomputes, where gradients stop, and what a checkpoint carries."""
+
+import numpy as np
+import pytest
+import torch
+
+from asyncrl.algos.a3c import A3C
+from asyncrl.config import Config
+from asyncrl.envs import ActionSpace, EnvInfo
+from asyncrl.models import build_model, flatten_parameters
+from asyncrl.rollout import Rollout
+
+INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 2))
+
+
+def make(seed=0):
+    torch.manual_seed(seed)
+    cfg = Config(core="lstm", lstm_size=8, hidden=(6,), t_max=4, gamma=0.9)
+    algo = A3C(cfg, INFO)
+    algo.start_worker(0, np.random.default_rng(0))
+    model = build_model(algo.model_spec())
+    flatten_parameters(model)
+    return algo, model
+
+
+def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts():
+    _, model = make()
+    T1, B = 6, 3
+    obs = torch.randn(T1, B, 3)
+    first = torch.zeros(T1, B, dtype=torch.bool)
+    first[0, :] = True
+    first[3, 1] = True  # env 1: a new episode starts at row 3 (after a reset step at row 2)
+    first[5, 2] = True  # env 2: at the last row
+    start = torch.randn(B, 2, 8)
+    with torch.no_grad():
+        params, values = model.unroll(obs, start, first)
+        state, stepped = start, []
+        for t in range(T1):
+            p, state = model.step(obs[t], state, first[t])
+            stepped.append(p)
+    torch.testing.assert_close(params, torch.stack(stepped))
+    assert values.shape == (T1, B)
+    # zeroing is exact: env 1 from row 3 on equals a fresh unroll of rows 3.. from any state
+    with torch.no_grad():
+        fresh, _ = model.unroll(obs[3:, 1:2], torch.randn(1, 2, 8), first[3:, 1:2])
+    torch.testing.assert_close(params[3:, 1:2], fresh)
+    # env 0 never restarts after row 0: its rows 1.. depend on the whole history
+    with torch.no_grad():
+        other, _ = model.unroll(obs[1:, 0:1], torch.zeros(1, 2, 8), first[1:, 0:1])
+    assert not torch.allclose(params[1:, 0:1], other)
+
+
+def rollout_with_ends():
+    """One env, 4 steps: the episode ends (terminated) at step 1, step 2 is the autoreset step
+    (masked; row 2 holds the old episode's final observation), row 3 is the new episode's
+    first; a second end at the last step."""
+    ro = Rollout.empty(4, 1, (3,))
+    ro.obs[:] = np.random.default_rng(1).normal(size=ro.obs.shape)
+    ro.rewards[:, 0] = [1.0, 1.0, 0.0, 1.0]
+    ro.ends[:, 0] = [False, True, False, True]
+    ro.terminated[:, 0] = [False, True, False, False]
+    ro.valid[:, 0] = [True, True, False, True]
+    ro.first[:, 0] = [False, False, False, True, False]
+    return ro
+
+
+def test_the_worker_marks_the_row_after_the_reset_step_as_first():
+    import typing
+
+    import tests.envs_for_tests  # noqa: F401
+    from asyncrl import algos
+    from asyncrl.backends.local import SharedMemory, run_worker
+    from asyncrl.envs import probe_env
+    from asyncrl.state import GlobalState
+
+    class Recording(A3C):
+        seen: typing.ClassVar[list] = []
+
+        def loss(self, model, rollout, target_model=None):
+            Recording.seen.append((rollout.ends.copy(), rollout.valid.copy(), rollout.first.copy()))
+            return super().loss(model, rollout, target_model)
+
+    cfg = Config(
+        env="asyncrl-test/Counter-v0",
+        steps=12,
+        t_max=4,
+        envs_per_worker=1,
+        hidden=(4,),
+        core="lstm",
+        lstm_size=4,
+    )
+    info = probe_env(cfg.env, "a3c")
+    class Outbox(list):
+        send = list.append
+
+    mp = pytest.MonkeyPatch()
+    mp.setitem(algos.REGISTRY, "a3c", Recording)
+    try:
+        state = GlobalState.create(cfg, Recording(cfg, info).model_spec(), 1, False)
+        run_worker(0, 0, cfg, info, SharedMemory.create(state, 1), None, Outbox())
+    finally:
+        mp.undo()
+    ends = np.concatenate([e[:, 0] for e, _, _ in Recording.seen])
+    valid = np.concatenate([v[:, 0] for _, v, _ in Recording.seen])
+    firsts = [f[:-1, 0] for _, _, f in Recording.seen]
+    first = np.concatenate(firsts)
+    # episodes of 3 steps (truncated): end at 2, reset step at 3, first row at 4, ...
+    assert first[0]  # the very first observation
+    for t in np.flatnonzero(~valid):
+        assert ends[t - 1] and not first[t]  # the reset step's row continues the old episode
+        if t + 1 < len(first):
+            assert first[t + 1]  # the row after it starts the new one
+    assert first.sum() == (~valid[:-1]).sum() + 1
+    # each rollout's last row (obs[T]) carries the flag the next rollout starts with
+    for (_, _, a), (_, _, b) in zip(Recording.seen, Recording.seen[1:], strict=False):
+        assert a[-1, 0] == b[0, 0]
+
+
+def test_no_gradient_crosses_into_the_previous_rollout():
+    algo, model = make()
+    ro = rollout_with_ends()
+    with torch.no_grad():
+        for t in range(4):  # acting through a rollout carries the state
+            algo.act(model, torch.from_numpy(ro.obs[t]), 0, np.random.default_rng(0), ro.first[t])
+    algo.begin_rollout(model, 0)
+    start = algo.start_state
+    assert start is not None and start.grad_fn is None and not start.requires_grad
+    loss, _ = algo.loss(model, ro)
+    loss.backward()
+    assert start.grad is None  # truncated: the loss cannot reach the stored state's history
+
+
+def test_checkpointed_state_round_trips_and_resumes_the_same_actions():
+    algo, model = make()
+    rng = np.random.default_rng(0)
+    obs = torch.randn(3, 1, 3)
+    with torch.no_grad():
+        algo.act(model, obs[0], 0, rng, np.array([True]))
+        saved = algo.worker_state()
+        a1 = algo.act(model, obs[1], 0, np.random.default_rng(5), np.array([False]))
+    other, _ = make()
+    other.load_worker_state(saved)
+    with torch.no_grad():
+        a2 = other.act(model, obs[1], 0, np.random.default_rng(5), np.array([False]))
+    np.testing.assert_array_equal(a1, a2)
+    torch.testing.assert_close(other.state, algo.state)
+
+
+def test_the_core_is_refused_for_the_q_methods():
+    from asyncrl.errors import UserError
+
+    with pytest.raises(UserError, match="--core"):
+        Config(algo="nstep-q", core="lstm").validate()
