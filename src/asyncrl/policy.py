@@ -78,7 +78,6 @@ class Policy:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
         return a
 
-
     def _act_recurrent(
         self, x: torch.Tensor, single: bool, deterministic: bool, rng: np.random.Generator | None
     ) -> np.ndarray | int:

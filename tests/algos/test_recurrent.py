@@ -91,6 +91,7 @@ def test_the_worker_marks_the_row_after_the_reset_step_as_first():
         lstm_size=4,
     )
     info = probe_env(cfg.env, "a3c")
+
     class Outbox(list):
         send = list.append
 
