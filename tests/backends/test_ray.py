@@ -264,3 +264,19 @@ def test_a_pipelined_worker_sees_the_stop_flag(monkeypatch):
         seen.append(store.stopping())
     # call 2 says stop; its reply is taken at the pull that sends call 3
     assert seen == [False, False, True, True]
+
+
+@pytest.mark.slow
+def test_the_recurrent_agent_runs_on_the_cluster(cluster, run_dir):
+    summary = asyncrl.train(
+        backend="ray",
+        address=cluster.address,
+        workers=2,
+        core="lstm",
+        steps=20_000,
+        target_return=1e9,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    assert summary["total_steps"] >= 20_000 and summary["episodes"] > 0
+    assert asyncrl.load(run_dir).recurrent
