@@ -280,3 +280,33 @@ def test_the_recurrent_agent_runs_on_the_cluster(cluster, run_dir):
     )
     assert summary["total_steps"] >= 20_000 and summary["episodes"] > 0
     assert asyncrl.load(run_dir).recurrent
+
+
+def test_the_parameter_server_lives_on_the_driver_node(cluster, run_dir):
+    import threading
+
+    result = {}
+
+    def train():
+        result["summary"] = asyncrl.train(
+            backend="ray",
+            address=cluster.address,
+            workers=2,
+            steps=60_000,
+            target_return=1e9,
+            run_dir=str(run_dir),
+            progress=False,
+        )
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    here = ray.get_runtime_context().get_node_id()
+    server = None
+    while thread.is_alive() and server is None:
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+        server = next((n for n in names if n.startswith(ray_backend.SERVER_NAME)), None)
+        thread.join(0.05)
+    assert server is not None
+    assert ray.get(ray.get_actor(server).node.remote()) == here
+    thread.join(120)
+    assert result["summary"]["total_steps"] >= 60_000

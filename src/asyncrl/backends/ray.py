@@ -145,6 +145,10 @@ class ParameterServer:
         counters[NONFINITE, 0] = self.nonfinite
         return self.state.snapshot()
 
+    def node(self) -> str:
+        """The id of the node this server runs on (it is pinned to the driver's)."""
+        return ray.get_runtime_context().get_node_id()
+
     def statistics(self) -> dict[str, Any]:
         return {"lags": dict(self.lags), "dropped": self.dropped, "version": self.version}
 
@@ -315,7 +319,14 @@ class RayRun:
         server_cls = ray.remote(num_cpus=0, max_restarts=0)(ParameterServer)
         # named, so that operators (and the fault tests) can find it: ray.get_actor(name)
         self.name = f"{SERVER_NAME}-{os.getpid()}-{id(self):x}"
-        self.server: Any = server_cls.options(name=self.name).remote(cfg, state.snapshot())
+        # Pinned to this process's node: a server with num_cpus=0 could otherwise land on any
+        # node, and losing a worker machine would take the global state with it.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.server: Any = server_cls.options(name=self.name, scheduling_strategy=here).remote(
+            cfg, state.snapshot()
+        )
         self.actors: list[Any] = []
         self.incarnations = [0] * self.workers
         # In flight per worker: its loop ("run") or, after a death, a ping that waits until Ray
