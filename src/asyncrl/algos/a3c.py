@@ -44,8 +44,9 @@ class A3C(Algorithm):
     def model_spec(self) -> ModelSpec:
         return model_spec_for(self.cfg, "actor-critic", self.info)
 
-    def start_worker(self, worker_id, rng):
-        self.recurrent = self.cfg.core == "lstm"
+    def __init__(self, cfg, info):
+        super().__init__(cfg, info)
+        self.recurrent = cfg.core == "lstm"
         self.state: torch.Tensor | None = None  # (B, 2, H): the LSTM's (h, c) per env
         self.start_state: torch.Tensor | None = None  # the state at the rollout's start
 
