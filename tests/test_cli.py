@@ -218,3 +218,15 @@ def test_box_actions_with_a_q_method_or_an_unknown_space_get_one_line(tmp_path, 
     assert exit_code(["train", "--env", "Pong-v0x", "--run-dir", str(run_dir)]) == 2
     assert exit_code(["train", "--env-kwargs", "=1", "--run-dir", str(run_dir)]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_a_missing_env_extra_names_the_install_command(monkeypatch, tmp_path, capsys):
+    import gymnasium as gym
+
+    def missing(*args, **kwargs):
+        raise gym.error.DependencyNotInstalled('MuJoCo is not installed, run `pip install "..."`')
+
+    monkeypatch.setattr(gym, "make", missing)
+    assert exit_code(["train", "--env", "Pendulum-v1", "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install -c constraints.txt -e '.[mujoco]'" in err and "Traceback" not in err

@@ -179,6 +179,14 @@ def probe_env(env_id: str, algo: str, kwargs: dict[str, Any] | None = None) -> E
         env: Any = make_vec_env(env_id, 1) if is_atari(spec) else gym.make(spec.id, **kwargs or {})
     except UserError:
         raise
+    except gym.error.DependencyNotInstalled as e:
+        extra = next((x for x in ("mujoco", "box2d") if x in str(e).lower()), None)
+        fix = (
+            f"install the extra: pip install -c constraints.txt -e '.[{extra}]'"
+            if extra
+            else str(e)
+        )
+        raise UserError(f"--env: {env_id} needs a package that is not installed; {fix}") from None
     except Exception as e:  # an optional dependency of the env missing, say
         raise UserError(f"--env: cannot create {env_id!r}: {e}") from None
     try:
