@@ -26,6 +26,7 @@ Checkpoints hold the server's global state; workers resume with fresh env state.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import time
@@ -425,11 +426,19 @@ class RayRun:
             self.receive(0.2)  # the loops' last calls deliver their steps and episodes
         glob = self.checkpoint_state(workers)
         self.stats = self._server(self.server.statistics.remote())
-        for actor in [*self.actors, self.server]:
-            ray.kill(actor)
+        self._release()
         return glob
 
+    def _release(self) -> None:
+        """Kill the actors (no restarts): nothing of a finished or failed run keeps running on
+        the cluster. Safe to call twice and with some of them dead already."""
+        for actor in [*self.actors, self.server]:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(actor, no_restart=True)
+        self.actors, self.calls = [], {}
+
     def closing(self) -> tuple[dict[str, Any], list[str]]:
+        self._release()  # after a lost server finish() never ran: the workers go too
         stats = self.stats
         summary = {"lags": stats["lags"], "dropped": stats["dropped"], "nodes": len(self.nodes)}
         return summary, [staleness_line(stats["lags"], stats["dropped"])]
