@@ -122,4 +122,4 @@ def test_the_lstm_agent_remembers_what_an_mlp_cannot_see(run_dir, tmp_path):
     mlp = asyncrl.train(target_return=300.0, run_dir=str(tmp_path / "mlp"), **common)
     assert not mlp["solved"] and mlp["rolling_return"] < 100, mlp
     returns = asyncrl.evaluate(run_dir, episodes=5)  # Policy keeps and resets the state
-    assert sum(returns) / len(returns) >= 100, returns  # the MLP: about 40; random: 22
+    assert sum(returns) / len(returns) >= 80, returns  # the MLP: about 40; random: 22
