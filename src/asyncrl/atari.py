@@ -88,7 +88,7 @@ def _ale_py() -> ModuleType | None:
     return ale_py
 
 
-def _is_ale_spec(spec: gym.envs.registration.EnvSpec | None) -> bool:
+def is_ale_spec(spec: gym.envs.registration.EnvSpec | None) -> bool:
     return spec is not None and str(spec.entry_point).startswith("ale_py")
 
 
@@ -103,7 +103,7 @@ def is_atari_id(env_id: str) -> bool:
     ale_py = _ale_py()
     spec = gym.registry.get(plain)
     if spec is not None or ale_py is not None:
-        return _is_ale_spec(spec)
+        return is_ale_spec(spec)
     return plain.startswith("ALE/") or _LEGACY_ID.fullmatch(plain) is not None
 
 
@@ -128,8 +128,8 @@ def atari_settings(env_id: str, repeat_action_probability: float | None = None) 
     if _ale_py() is None:
         raise UserError(f"--env: {plain} needs ale-py: {_INSTALL}")
     spec = gym.registry.get(plain)
-    if spec is None or not _is_ale_spec(spec):
-        ale_ids = [k for k, s in gym.registry.items() if _is_ale_spec(s)]
+    if spec is None or not is_ale_spec(spec):
+        ale_ids = [k for k, s in gym.registry.items() if is_ale_spec(s)]
         close = difflib.get_close_matches(plain, ale_ids, n=3)
         hint = (
             f"did you mean {', '.join(close)}?"

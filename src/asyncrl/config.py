@@ -416,8 +416,6 @@ def auto_preset(env: str, env_kwargs: tuple[str, ...] = ()) -> str:
     plain = env.rpartition(":")[2]
     if plain.startswith("MinAtar/"):
         return "minatar"
-    if plain.startswith("ALE/") or "NoFrameskip" in plain:
-        return "atari"
     import gymnasium as gym
 
     from asyncrl.envs import env_spec, is_atari, parse_env_kwargs

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from asyncrl import atari
 from asyncrl.errors import UserError
 
 
@@ -110,29 +111,17 @@ def _import_prefix(env_id: str) -> str:
     return plain
 
 
-def _register_atari(env_id: str) -> None:
-    """ale-py registers its games only when asked (Gymnasium 1.x); ids it could own are looked
-    up after that, so CartPole never pays for importing ale-py."""
-    try:
-        import ale_py
-    except ImportError:
-        if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
-            raise UserError(
-                f"--env: {env_id} is an Atari game and needs ale-py; install the extra: "
-                "pip install -c constraints.txt -e '.[atari]'"
-            ) from None
-        return
-    gym.register_envs(ale_py)
-
-
 def is_atari(spec: gym.envs.registration.EnvSpec) -> bool:
-    return str(spec.entry_point).startswith("ale_py")
+    return atari.is_ale_spec(spec)
 
 
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     plain = _import_prefix(env_id)
-    if plain not in gym.registry:
-        _register_atari(plain)
+    # ale-py registers its games only when imported (Gymnasium 1.x): ids not registered yet are
+    # looked up after that (CartPole never pays for importing ale-py); an Atari id without
+    # ale-py gets atari_settings' one-line install error
+    if plain not in gym.registry and atari.is_atari_id(plain):
+        atari.atari_settings(plain)
     try:
         return gym.spec(plain)
     except gym.error.Error as e:
@@ -250,9 +239,7 @@ def make_vec_env(
     """``num_envs`` copies of the env, natively vectorized where the env offers it."""
     spec = env_spec(env_id)
     if is_atari(spec):
-        from asyncrl.atari import make_atari_vec_env
-
-        return make_atari_vec_env(spec.id, num_envs, seed)
+        return atari.make_atari_vec_env(spec.id, num_envs, seed)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
     env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode, **kwargs or {})
     autoreset = env.metadata.get("autoreset_mode")
@@ -300,9 +287,7 @@ def make_eval_env(
     """One env for evaluation (and video): whole games and raw scores on Atari."""
     spec = env_spec(env_id)
     if is_atari(spec):
-        from asyncrl.atari import make_atari_env
-
-        return make_atari_env(spec.id, seed, render_mode=render_mode)
+        return atari.make_atari_env(spec.id, seed, render_mode=render_mode)
     # not every env takes a render_mode argument: pass it only when asked for
     kw = dict(kwargs or {})
     if render_mode is not None:

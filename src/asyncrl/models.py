@@ -31,7 +31,6 @@ from asyncrl.distributions import Distribution, distribution_for
 from asyncrl.envs import ActionSpace
 
 Encoder = Literal["mlp", "a3c", "nature", "minatar"]
-ENCODERS: tuple[str, ...] = ("mlp", "a3c", "nature", "minatar")
 
 
 @dataclass(frozen=True)
