@@ -2,6 +2,7 @@
 score.
 
     python benchmarks/atari.py throughput --seeds 3              # Pong, 1 and 2 workers, both nets
+    python benchmarks/atari.py env --seeds 3                     # the emulators alone, one core
     python benchmarks/atari.py solve --env PongNoFrameskip-v4 --target 18 --seeds 1
     python benchmarks/atari.py solve --env MinAtar/Breakout-v1 --target 3 --seeds 3
 
@@ -42,6 +43,34 @@ def throughput(args: argparse.Namespace) -> None:
         print(f"| {net} | {w} | {m:,.0f} | {m / 4:,.0f} |")
 
 
+def env_only(args: argparse.Namespace) -> None:
+    """The emulators alone: ale-py's vector env with the preprocessing, random actions, one
+    core (the ceiling of a worker's frames/s)."""
+    import time
+
+    import numpy as np
+
+    from asyncrl.atari import make_atari_vec_env
+
+    rates = []
+    for seed in range(args.seeds):
+        env = make_atari_vec_env(args.env, args.envs, seed)
+        env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        n = env.single_action_space.n
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            env.step(rng.integers(n, size=args.envs))
+        rates.append(args.steps * args.envs * 4 / (time.perf_counter() - t0))
+        env.close()
+        print(f"seed {seed}: {rates[-1]:,.0f} frames/s", flush=True)
+    m = statistics.median(rates)
+    print(
+        f"\n{args.env}, {args.envs} envs, random actions, one core: {m:,.0f} frames/s "
+        f"({m / 4:,.0f} agent steps/s)"
+    )
+
+
 def solve(args: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
@@ -77,13 +106,18 @@ def main() -> None:
     t.add_argument("--workers", nargs="+", type=int, default=[1, 2])
     t.add_argument("--nets", nargs="+", default=["a3c", "nature"])
     t.add_argument("extra", nargs="*")
+    e = sub.add_parser("env")
+    e.add_argument("--env", default="PongNoFrameskip-v4")
+    e.add_argument("--envs", type=int, default=16)
+    e.add_argument("--steps", type=int, default=1000)
+    e.add_argument("--seeds", type=int, default=3)
     s = sub.add_parser("solve")
     s.add_argument("--env", default="PongNoFrameskip-v4")
     s.add_argument("--target", type=float, default=18.0)
     s.add_argument("--seeds", type=int, default=1)
     s.add_argument("extra", nargs="*")
     args = p.parse_args()
-    {"throughput": throughput, "solve": solve}[args.mode](args)
+    {"throughput": throughput, "env": env_only, "solve": solve}[args.mode](args)
     print(f"reproduce: python benchmarks/atari.py {shlex.join(sys.argv[1:])}")
 
 
