@@ -62,6 +62,14 @@ class ActionSpace:
             )
         return None
 
+    def to_env(self, action: np.ndarray) -> np.ndarray:
+        """What the env is given for a sampled action: Box samples clipped to the bounds (the
+        rollout, and so the log-probability, keeps the sample itself, as SB3 does)."""
+        if self.kind == "discrete":
+            return action
+        low = np.asarray(self.low, np.float32).reshape(self.shape)
+        return np.clip(action, low, np.asarray(self.high, np.float32).reshape(self.shape))
+
     def describe(self) -> str:
         return "Discrete" if self.kind == "discrete" else "Box"
 

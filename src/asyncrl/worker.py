@@ -177,15 +177,6 @@ class Worker:
                 if m is not None:
                     bind_obs_stats(m, self.obs_stats)
 
-        # Box actions: the env gets the sample clipped to the bounds, the rollout (and so the
-        # log-probability) keeps the sample itself (as SB3 does; squashing is not built)
-        box = info.action.kind == "box"
-        self.low = (
-            np.asarray(info.action.low, np.float32).reshape(info.action.shape) if box else None
-        )
-        self.high = (
-            np.asarray(info.action.high, np.float32).reshape(info.action.shape) if box else None
-        )
         self.scale = cfg.reward_scale
         self.T = self.algo.rollout_length()
         self.buf = Rollout.for_env(self.T, B, info)
@@ -303,7 +294,7 @@ class Worker:
                 action = algo.act(self.model, self.obs_t[t], global_step, self.rng, self.first)
                 # after an autoreset step, the next observation is a new episode's first
                 self.first = ~valid
-                to_env = action if self.low is None else np.clip(action, self.low, self.high)
+                to_env = self.info.action.to_env(action)  # Box: clipped to the bounds
                 self.obs, reward, term, trunc, info = self.envs.step(to_env)
                 done = term | trunc
                 buf.actions[t] = action
