@@ -8,11 +8,13 @@ counters) is "other". Median share over N seeds.
 
     python benchmarks/worker_profile.py --seeds 3
     python benchmarks/worker_profile.py --seeds 3 --algo nstep-q
+    python benchmarks/worker_profile.py --seeds 3 --env PongNoFrameskip-v4 --steps 20000
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import shlex
 import statistics
@@ -25,7 +27,7 @@ import torch
 import asyncrl.worker as worker_mod
 from asyncrl.algos import make_algorithm
 from asyncrl.backends.local import SharedMemory, SharedMemoryStore
-from asyncrl.config import Config
+from asyncrl.config import Config, preset
 from asyncrl.envs import probe_env
 from asyncrl.state import GlobalState
 from asyncrl.worker import Worker
@@ -83,11 +85,16 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=300_000)
     p.add_argument("--algo", default="a3c")
+    p.add_argument("--env", default="CartPole-v1", help="the env's preset applies")
+    p.add_argument("extra", nargs="*", help="Config fields as KEY=VALUE (e.g. envs_per_worker=8)")
     args = p.parse_args()
+    extra = {k: ast.literal_eval(v) for k, v in (kv.split("=", 1) for kv in args.extra)}
     shares: dict[str, list[float]] = collections.defaultdict(list)
     rates = []
     for seed in range(args.seeds):
-        cfg = Config(algo=args.algo, seed=seed, steps=args.steps, workers=1).validate()
+        cfg = preset(
+            None, env=args.env, algo=args.algo, seed=seed, steps=args.steps, workers=1, **extra
+        ).validate()
         acc, rate = profile(cfg)
         total = sum(acc.values())
         for k, v in acc.items():
@@ -95,7 +102,7 @@ def main() -> None:
         rates.append(rate)
         print(f"seed {seed}: {rate:,.0f} env steps/s in one worker", flush=True)
     print(
-        f"\n{args.algo}, one worker, default settings: median {statistics.median(rates):,.0f} "
+        f"\n{args.env} {args.algo}, one worker, preset settings: median {statistics.median(rates):,.0f} "
         "env steps/s"
     )
     print("| phase | share of the worker's time |\n|---|---|")

@@ -25,6 +25,8 @@ worker.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import pickle
 import threading
@@ -68,6 +70,28 @@ def limit_threads() -> None:
     stops learning. ``torch.set_num_threads`` also sets OpenMP's count, so this works after
     torch is imported (the OMP_NUM_THREADS variable would not)."""
     torch.set_num_threads(1)
+    keep_freed_memory()
+
+
+# glibc's mallopt parameters
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory() -> None:
+    """Keep freed tensor memory in the heap for reuse. glibc serves blocks above its mmap
+    threshold (128 KiB at first) with fresh pages from the OS and returns them on free, so each
+    batch of Atari frames (16 x 4 x 84 x 84 floats: 1.8 MB) and each conv activation is
+    page-faulted and zeroed anew: that cost 30-50% of the paper net's forward and backward pass
+    here (benchmarks/worker_profile.py). Raising the thresholds (256 MiB mmap, 512 MiB trim)
+    lets the allocator reuse them; resident memory stays flat (the same sizes recur every
+    step). A no-op where the C library has no mallopt (musl, macOS)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, 256 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 512 << 20)
 
 
 class Outbox(Protocol):
@@ -163,6 +187,7 @@ class Worker:
         self.algo = make_algorithm(cfg, info)
         self.algo.start_worker(wid, self.rng)
         spec = self.algo.model_spec()
+        self.action_space = spec.action  # the model's: it says how actions reach the env
         self.model = build_model(spec)
         self.local = flatten_parameters(self.model)
         self.target_model, self.target_local = None, None
@@ -294,7 +319,7 @@ class Worker:
                 action = algo.act(self.model, self.obs_t[t], global_step, self.rng, self.first)
                 # after an autoreset step, the next observation is a new episode's first
                 self.first = ~valid
-                to_env = self.info.action.to_env(action)  # Box: clipped to the bounds
+                to_env = self.action_space.to_env(action)  # Box: clipped, or squashed
                 self.obs, reward, term, trunc, info = self.envs.step(to_env)
                 done = term | trunc
                 buf.actions[t] = action
