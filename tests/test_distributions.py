@@ -56,8 +56,12 @@ def test_the_action_space_picks_the_distribution():
     assert isinstance(distribution_for(ActionSpace("discrete", 3), torch.zeros(3, 3)), Categorical)
 
 
-@pytest.mark.parametrize("std", ["param", "softplus"])
-def test_box_actions_are_clipped_for_the_env_and_kept_raw_for_the_log_prob(std, monkeypatch):
+@pytest.mark.parametrize(
+    ("std", "squash"), [("param", False), ("softplus", False), ("param", True)]
+)
+def test_box_actions_are_clipped_or_squashed_for_the_env_and_kept_raw_for_the_log_prob(
+    std, squash, monkeypatch
+):
     import typing
 
     from asyncrl import algos
@@ -76,7 +80,9 @@ def test_box_actions_are_clipped_for_the_env_and_kept_raw_for_the_log_prob(std, 
 
     sent = []
     monkeypatch.setitem(algos.REGISTRY, "a3c", Recording)
-    cfg = Config(env="Pendulum-v1", steps=400, t_max=4, envs_per_worker=2, gaussian_std=std)
+    cfg = Config(
+        env="Pendulum-v1", steps=400, t_max=4, envs_per_worker=2, gaussian_std=std, squash=squash
+    )
     info = probe_env(cfg.env, "a3c")
     state = GlobalState.create(cfg, Recording(cfg, info).model_spec(), 1, False)
     with torch.no_grad():
@@ -107,4 +113,37 @@ def test_box_actions_are_clipped_for_the_env_and_kept_raw_for_the_log_prob(std, 
     assert np.abs(to_env).max() <= 2.0  # Pendulum's torque bounds
     assert (np.abs(raw) > 2.0).any() or std == "softplus"  # std 1: some samples beyond 2
     n = min(len(raw), len(to_env))
-    np.testing.assert_allclose(to_env[:n], np.clip(raw[:n], -2, 2))
+    expected = 2.0 * np.tanh(raw[:n]) if squash else np.clip(raw[:n], -2, 2)
+    np.testing.assert_allclose(to_env[:n], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_squashed_gaussian_log_prob_is_that_of_the_tanh_of_the_sample():
+    from asyncrl.distributions import TanhGaussian
+
+    mean = torch.tensor([[0.0, 1.0], [2.0, -1.0]])
+    std = torch.tensor([[1.0, 0.5], [2.0, 0.1]])
+    u = torch.tensor([[0.5, 1.0], [8.0, -1.2]])  # 8: tanh saturates in float32, log_prob must not
+    d = TanhGaussian(mean, std)
+    ref = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean.double(), std.double()),
+        [torch.distributions.TanhTransform()],
+    )
+    by_torch = ref.log_prob(torch.tanh(u.double())).sum(-1)  # float64: exact enough at u = 8
+    torch.testing.assert_close(d.log_prob(u).double(), by_torch, rtol=1e-5, atol=1e-4)
+    assert torch.isfinite(d.log_prob(torch.tensor([[30.0, -30.0]]))).all()
+    box = ActionSpace("box", shape=(2,), low=(-1.0, 0.0), high=(1.0, 4.0), squash=True)
+    assert isinstance(distribution_for(box, torch.zeros(3, 4)), TanhGaussian)
+    # the mode is the mean, squashed into the bounds like every action
+    np.testing.assert_allclose(box.to_env(np.zeros((1, 2), np.float32)), [[0.0, 2.0]])
+    np.testing.assert_allclose(box.to_env(np.array([[50.0, -50.0]], np.float32)), [[1.0, 0.0]])
+
+
+def test_squash_is_refused_for_discrete_actions():
+    from asyncrl.algos import make_algorithm
+    from asyncrl.config import Config
+    from asyncrl.envs import probe_env
+    from asyncrl.errors import UserError
+
+    cfg = Config(env="CartPole-v1", squash=True)
+    with pytest.raises(UserError, match="--squash: .*Discrete"):
+        make_algorithm(cfg, probe_env(cfg.env, "a3c")).model_spec()

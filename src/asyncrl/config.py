@@ -97,6 +97,10 @@ class Config:
     gaussian_std: Literal["param", "softplus"] = "param"
     """A3C with Box actions: the Gaussian's std as a state-independent parameter (param) or a
     softplus of a second head (softplus, the paper)"""
+    squash: bool = False
+    """A3C with Box actions: squash Gaussian samples into the bounds with tanh (the
+    log-probability takes the change of variables) instead of clipping them (the default, as
+    SB3's)"""
     core: Literal["none", "lstm"] = "none"
     """A3C: an LSTM between the encoder and the heads (the paper's recurrent agent)"""
     lstm_size: int | None = None

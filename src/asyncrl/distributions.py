@@ -99,6 +99,21 @@ class DiagGaussian:
         return self.mean
 
 
+class TanhGaussian(DiagGaussian):
+    """A Gaussian over u whose action is tanh(u), scaled into the bounds by
+    :meth:`ActionSpace.to_env` (``--squash``). Samples, log-probabilities and the rollout all
+    hold u; the log-probability is that of the squashed action, log N(u) - sum log(1 -
+    tanh(u)^2) (the change of variables; the bounds' constant scale is left out: it has no
+    gradient). The squashed distribution's entropy has no closed form: :meth:`entropy` is the
+    Gaussian's over u, which is what the entropy bonus needs to keep the std from collapsing.
+    The mode is the mean, squashed by ``to_env`` like every action."""
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable for large |u|
+        log_det = 2.0 * (math.log(2.0) - actions - F.softplus(-2.0 * actions))
+        return super().log_prob(actions) - log_det.sum(-1)
+
+
 def distribution_for(action: ActionSpace, head: torch.Tensor) -> Distribution:
     """The distribution the policy head's output parameterises for this action space.
 
@@ -108,4 +123,4 @@ def distribution_for(action: ActionSpace, head: torch.Tensor) -> Distribution:
     if action.kind == "discrete":
         return Categorical(head)
     mean, log_std = head.chunk(2, dim=-1)
-    return DiagGaussian(mean, log_std.exp())
+    return (TanhGaussian if action.squash else DiagGaussian)(mean, log_std.exp())

@@ -32,13 +32,16 @@ from asyncrl.errors import UserError
 @dataclass(frozen=True)
 class ActionSpace:
     """The action space as plain data (it travels to worker processes, Ray actors and
-    checkpoints): ``discrete`` with ``n`` actions, or ``box`` with ``shape`` and bounds."""
+    checkpoints): ``discrete`` with ``n`` actions, or ``box`` with ``shape`` and bounds.
+    ``squash``: the policy's Box actions are squashed into the bounds with tanh rather than
+    clipped (``--squash``; set on the model's copy of the space)."""
 
     kind: Literal["discrete", "box"]
     n: int = 0
     shape: tuple[int, ...] = ()
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
+    squash: bool = False
 
     @property
     def dtype(self) -> type:
@@ -63,12 +66,16 @@ class ActionSpace:
         return None
 
     def to_env(self, action: np.ndarray) -> np.ndarray:
-        """What the env is given for a sampled action: Box samples clipped to the bounds (the
-        rollout, and so the log-probability, keeps the sample itself, as SB3 does)."""
+        """What the env is given for a policy's action. Box: the Gaussian sample clipped to the
+        bounds, or with ``squash`` mapped into them by tanh; either way the rollout, and so the
+        log-probability, keeps the sample itself (as SB3 does)."""
         if self.kind == "discrete":
             return action
         low = np.asarray(self.low, np.float32).reshape(self.shape)
-        return np.clip(action, low, np.asarray(self.high, np.float32).reshape(self.shape))
+        high = np.asarray(self.high, np.float32).reshape(self.shape)
+        if self.squash:
+            return (low + (np.tanh(action) + 1.0) * 0.5 * (high - low)).astype(np.float32)
+        return np.clip(action, low, high)
 
     def describe(self) -> str:
         return "Discrete" if self.kind == "discrete" else "Box"

@@ -62,7 +62,12 @@ class ModelSpec:
     def from_dict(cls, d: dict) -> ModelSpec:
         a = d["action"]
         action = ActionSpace(
-            a["kind"], a["n"], tuple(a["shape"]), tuple(a["low"]), tuple(a["high"])
+            a["kind"],
+            a["n"],
+            tuple(a["shape"]),
+            tuple(a["low"]),
+            tuple(a["high"]),
+            a.get("squash", False),
         )
         return cls(
             **{

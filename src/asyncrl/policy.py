@@ -74,6 +74,12 @@ class Policy:
                 f"{self.algo} learns Q values and acts greedily at evaluation; its exploration "
                 "epsilon is a training schedule, not a policy: evaluate it deterministically"
             )
+        return self._for_env(a, single)
+
+    def _for_env(self, a: np.ndarray, single: bool) -> np.ndarray | int:
+        """Actions as the env takes them: Box actions clipped to the bounds (or squashed into
+        them with ``--squash``), as the workers step their envs."""
+        a = self.spec.action.to_env(a)
         if single:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
         return a
@@ -93,9 +99,7 @@ class Policy:
             a = dist.mode().numpy()
         else:
             a = dist.sample(rng if rng is not None else np.random.default_rng())
-        if single:
-            return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
-        return a
+        return self._for_env(a, single)
 
 
 def load(run_dir: str | Path) -> Policy:

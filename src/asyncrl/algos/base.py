@@ -9,6 +9,7 @@ up in :meth:`start_worker`, carried across rollouts through the hooks :meth:`beg
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
@@ -117,6 +118,11 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
             f"--normalize-obs: {info.env_id} has {shape} observations; normalisation is for "
             "vector observations (images are scaled by 1/255 in the network)"
         )
+    if cfg.squash and info.action.kind != "box":
+        raise UserError(
+            f"--squash: {info.env_id} has {info.action.describe()} actions; squashing is for "
+            "Box actions (drop --squash)"
+        )
     return ModelSpec(
         kind=kind,
         obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
@@ -125,7 +131,7 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
         core_size=cfg.lstm_size or (256 if image else 128),
         obs_shape=shape,
         obs_dtype=info.obs_dtype,
-        action=info.action,
+        action=dataclasses.replace(info.action, squash=cfg.squash),
         hidden=cfg.hidden_sizes,
         shared_trunk=cfg.shared_trunk if cfg.shared_trunk is not None else image,
         encoder=encoder,
