@@ -145,5 +145,5 @@ def test_squash_is_refused_for_discrete_actions():
     from asyncrl.errors import UserError
 
     cfg = Config(env="CartPole-v1", squash=True)
-    with pytest.raises(UserError, match="--squash: .*Discrete"):
+    with pytest.raises(UserError, match=r"--squash: .*Discrete"):
         make_algorithm(cfg, probe_env(cfg.env, "a3c")).model_spec()

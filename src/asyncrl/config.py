@@ -266,12 +266,6 @@ class Config:
             f"must be >= 1, got {self.lstm_size}",
         )
         need(self.reward_scale > 0, "reward-scale", f"must be > 0, got {self.reward_scale}")
-        need(
-            not (self.normalize_obs and self.backend == "ray"),
-            "normalize-obs",
-            "the shared observation statistics are not built for --backend ray yet; use "
-            "--backend processes or drop --normalize-obs",
-        )
         need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
         need(self.eps > 0.0, "eps", f"must be > 0, got {self.eps}")

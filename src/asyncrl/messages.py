@@ -98,4 +98,11 @@ class Done:
     snapshot: WorkerSnapshot | None
 
 
-Message = Episodes | Snapshot | NonFinite | Failed | Lost | Done
+@dataclass(frozen=True)
+class Notice:
+    """A line for the log from the run itself (e.g. a worker waiting for a CPU)."""
+
+    text: str
+
+
+Message = Episodes | Snapshot | NonFinite | Failed | Lost | Done | Notice

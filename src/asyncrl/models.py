@@ -198,13 +198,25 @@ def update_obs_stats(stats: torch.Tensor, batch: np.ndarray) -> None:
         _merge(stats, batch)
 
 
+def merge_obs_stats(stats: torch.Tensor, other: torch.Tensor) -> None:
+    """Merge statistics ``other`` (``[count, mean, var]``, e.g. a worker's unsent batches)
+    into ``stats`` in place."""
+    n_b = float(other[0])
+    if n_b > 0:
+        d = (other.numel() - 1) // 2
+        _merge_moments(stats, n_b, other[1 : 1 + d], other[1 + d :])
+
+
 def _merge(stats: torch.Tensor, batch: np.ndarray) -> None:
     x = torch.from_numpy(np.asarray(batch, np.float32)).reshape(len(batch), -1)
-    n_b = x.shape[0]
-    if n_b == 0:
-        return
-    d = x.shape[1]
-    mean_b, var_b = x.mean(0), x.var(0, unbiased=False)
+    if x.shape[0]:
+        _merge_moments(stats, x.shape[0], x.mean(0), x.var(0, unbiased=False))
+
+
+def _merge_moments(
+    stats: torch.Tensor, n_b: float, mean_b: torch.Tensor, var_b: torch.Tensor
+) -> None:
+    d = mean_b.numel()
     n_a = float(stats[0])
     mean_a, var_a = stats[1 : 1 + d], stats[1 + d :]
     n = n_a + n_b

@@ -21,6 +21,7 @@ from asyncrl.messages import (
     Lost,
     Message,
     NonFinite,
+    Notice,
     Snapshot,
     WorkerSnapshot,
 )
@@ -182,6 +183,8 @@ class Supervisor:
                     self.retire(w)
                 else:
                     self.fault(w, f"failed: {text}", tb)
+            case Notice(text=text):
+                self.monitor.log(text)
             case Lost(worker=w, why=why):
                 if w not in self.done:
                     self.fault(w, why)

@@ -49,7 +49,6 @@ from asyncrl.models import (
     build_model,
     flat_grad,
     flatten_parameters,
-    update_obs_stats,
 )
 from asyncrl.optim import clip_grad_norm_
 from asyncrl.rollout import Rollout
@@ -130,7 +129,11 @@ class Store(Protocol):
         ...
 
     def obs_stats(self) -> torch.Tensor | None:
-        """The shared observation statistics the model normalises with (None: none)."""
+        """The observation statistics the model normalises with (None: none)."""
+        ...
+
+    def observe(self, obs: np.ndarray) -> None:
+        """Merge a rollout's observations into the statistics everyone normalises with."""
         ...
 
 
@@ -257,7 +260,7 @@ class Worker:
             if n_valid:
                 self.check_env_values(ro, global_step)
                 if self.obs_stats is not None:
-                    update_obs_stats(self.obs_stats, ro.obs[:-1][ro.valid])
+                    store.observe(ro.obs[:-1][ro.valid])
                 global_step = self.learn(ro, n_valid, version)
                 if global_step < 0:  # retired while learning
                     return None

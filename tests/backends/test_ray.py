@@ -2,7 +2,10 @@
 command runs pytest in a network namespace that has nothing else)."""
 
 import os
+import secrets
 import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -32,6 +35,8 @@ def cluster(tmp_path_factory):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.environ["PYTHONPATH"] = repo + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ["FAULT_DIR"] = str(tmp_path_factory.mktemp("faults"))
+    # token authentication is on (conftest.py): every node and the driver share a secret
+    assert os.environ["RAY_AUTH_MODE"] == "token"
     c = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False},
@@ -177,8 +182,8 @@ class _FakeRay:
 
 
 class _FakeServer:
-    """Replies (version, params, target, steps, stop) as the parameter server does; the newest
-    call is still in flight, the older ones answered in order."""
+    """Replies (version, params, target, steps, stop, stats) as the parameter server does; the
+    newest call is still in flight, the older ones answered in order."""
 
     def __init__(self, stop_from_call=None):
         self.calls: list = []
@@ -187,7 +192,7 @@ class _FakeServer:
         self.stop_from_call = stop_from_call
         self.push_pull = self
 
-    def remote(self, grads, meta, reports, worker, want_target):
+    def remote(self, grads, meta, reports, worker, want_target, obs_stats=None):
         pushes = [
             (None if grads is None else grads[i].copy(), v, n) for i, (_, v, n) in enumerate(meta)
         ]
@@ -197,7 +202,8 @@ class _FakeServer:
         v = len(self.calls)
         self.steps += sum(n for _, _, n in pushes)
         stop = self.stop_from_call is not None and v >= self.stop_from_call
-        ref = _Ref((v, np.full(3, float(v), np.float32), None, self.steps, stop), ready=False)
+        params = np.full(3, float(v), np.float32)
+        ref = _Ref((v, params, None, self.steps, stop, None), ready=False)
         self.calls.append(ref)
         return ref
 
@@ -310,3 +316,130 @@ def test_the_parameter_server_lives_on_the_driver_node(cluster, run_dir):
     assert ray.get(ray.get_actor(server).node.remote()) == here
     thread.join(120)
     assert result["summary"]["total_steps"] >= 60_000
+
+
+def _train_in_thread(result: dict, **kwargs):
+    import threading
+
+    def train():
+        result["summary"] = asyncrl.train(backend="ray", progress=False, **kwargs)
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    return thread
+
+
+def _wait_for_episodes(run_dir, thread, n: int) -> None:
+    """Until the run has reported ``n`` episodes: its workers are stepping."""
+    episodes = run_dir / "episodes.csv"
+    while thread.is_alive():
+        if episodes.exists() and len(episodes.read_text().splitlines()) > n:
+            return
+        thread.join(0.1)
+
+
+@pytest.mark.slow
+def test_a_lost_node_costs_its_worker_and_the_run_finishes_without_it(cluster, run_dir):
+    # three workers, one on a node that is then killed (no graceful shutdown): its worker
+    # cannot be restarted anywhere (the other two nodes' CPUs are taken), and the run must
+    # neither hang waiting for it nor lose the global state
+    extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    result: dict = {}
+    thread = _train_in_thread(
+        result, address=cluster.address, workers=3, seed=3, steps=3_000_000, run_dir=str(run_dir)
+    )
+    _wait_for_episodes(run_dir, thread, 30)
+    cluster.remove_node(extra, allow_graceful=False)
+    thread.join(600)
+    assert not thread.is_alive()
+    s = result["summary"]
+    assert s["solved"], s  # on the two workers left
+    assert s["workers_lost"] == 1 and s["worker_restarts"] == 1
+    assert s["nodes"] == 3 and s["nodes_lost"] == 1
+
+
+@pytest.mark.slow
+def test_a_worker_waits_for_a_cpu_without_holding_up_the_run_and_a_joining_node_gets_it(
+    cluster, run_dir
+):
+    # three workers on a cluster of two CPUs: the third waits, the run goes on with two; a
+    # node that joins mid-run gets it
+    result: dict = {}
+    thread = _train_in_thread(
+        result,
+        address=cluster.address,
+        workers=3,
+        seed=4,
+        steps=1_500_000,
+        target_return=1e9,
+        run_dir=str(run_dir),
+    )
+    _wait_for_episodes(run_dir, thread, 30)
+    joined = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    try:
+        thread.join(600)
+        assert not thread.is_alive()
+        s = result["summary"]
+        assert s["total_steps"] >= 1_500_000 and s["ended"] == "budget"
+        assert s["nodes"] == 3 and s["workers_lost"] == 0  # the waiting worker ran there
+    finally:
+        cluster.remove_node(joined)
+
+
+def test_the_cluster_refuses_a_client_without_its_token(cluster):
+    env = {**os.environ, "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # a wrong secret
+    code = f"import ray; ray.init(address={cluster.address!r}); print('connected')"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode != 0 and "connected" not in out.stdout
+
+
+class _Direct:
+    """A ParameterServer called in this process, every reply ready at once."""
+
+    def __init__(self, server):
+        self.push_pull = self
+        self.server = server
+
+    def remote(self, *args):
+        return _Ref(self.server.push_pull(*args), ready=True)
+
+
+def test_observation_statistics_reach_the_server_and_every_worker(monkeypatch):
+    # --normalize-obs over Ray: each worker normalises with the server's statistics plus its
+    # own unsent batches, and the server ends with the statistics of every observation
+    from asyncrl.envs import probe_env
+    from asyncrl.state import GlobalState
+
+    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", normalize_obs=True)
+    info = probe_env(cfg.env, "a3c")
+    state = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False)
+    server = ray_backend.ParameterServer(cfg, state.snapshot())
+    stores = [
+        ray_backend.RayStore(_Direct(server), w, pipeline=0, batch=2, obs_stats=server.obs_stats())
+        for w in range(2)
+    ]
+    local = torch.zeros(state.params.numel())
+    for store in stores:
+        store.pull(local, None)
+    rng = np.random.default_rng(0)
+    seen: list = []
+    for k in range(5):
+        for store in stores:
+            obs = rng.normal(k, 1 + k, size=(7, 3)).astype(np.float32)
+            seen.append(obs)
+            store.observe(obs)
+            store.push(torch.zeros_like(local), 7, store.version)
+            store.pull(local, None)
+            # acting sees its own batches at once, sent or not
+            assert float(store.obs_stats()[0]) >= 7 * (k + 1)
+    for store in stores:
+        store.snapshot(None)
+    everything = np.concatenate(seen)
+    stats = server.state.obs_stats
+    assert int(stats[0]) == len(everything)
+    np.testing.assert_allclose(stats[1:4], everything.mean(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(stats[4:], everything.var(0), rtol=1e-4)

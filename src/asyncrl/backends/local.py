@@ -11,6 +11,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from asyncrl.backends import Backend
@@ -28,6 +29,7 @@ from asyncrl.messages import (
     StatSums,
     WorkerSnapshot,
 )
+from asyncrl.models import update_obs_stats
 from asyncrl.state import EPISODES, NONFINITE, STEPS, GlobalState
 from asyncrl.worker import Diverged, Outbox, Worker, _current
 
@@ -139,6 +141,10 @@ class SharedMemoryStore:
 
     def obs_stats(self) -> torch.Tensor | None:
         return self.state.obs_stats
+
+    def observe(self, obs: np.ndarray) -> None:
+        assert self.state.obs_stats is not None
+        update_obs_stats(self.state.obs_stats, obs)  # in shared memory, lock-free
 
     def snapshot(self, worker: Worker) -> WorkerSnapshot:
         """Worker state plus the global state as this worker leaves it (exact with 1 worker)."""

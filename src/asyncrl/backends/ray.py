@@ -18,9 +18,15 @@ Every pushed gradient carries the parameter version it was computed from; the se
 the lag (versions behind) and, with ``--max-staleness K``, drops gradients more than K versions
 old and counts them.
 
-Worker actors are restarted by Ray when they die (``max_restarts``), and the trainer starts
-their loop again with fresh env state; the run stops with an error if the server dies.
-Checkpoints hold the server's global state; workers resume with fresh env state.
+Faults: the server is pinned to the node of the process that runs ``asyncrl train``, so losing
+another machine cannot take the global state with it; if it dies all the same, the run ends
+within a poll (0.1 s) with the error line and the last checkpoint kept. A worker actor that dies
+(its process, or its whole node) is not restarted by Ray, which would wait forever for a node
+that is gone: the run starts a fresh actor for it wherever a CPU is free, and one that cannot
+be placed yet waits without holding up the others, starts when a CPU frees or a node joins, and
+is dropped when the run ends. ``summary.json`` counts ``workers_lost``, ``nodes`` (that ran a
+worker) and ``nodes_lost``. Checkpoints hold the server's global state; workers resume with
+fresh env state.
 """
 
 from __future__ import annotations
@@ -44,10 +50,11 @@ from asyncrl.messages import (
     GlobalSnapshot,
     Lost,
     Message,
+    Notice,
     StatSums,
     WorkerSnapshot,
 )
-from asyncrl.models import ModelSpec
+from asyncrl.models import ModelSpec, merge_obs_stats, update_obs_stats
 from asyncrl.state import EPISODES, NONFINITE, STEPS, GlobalState
 from asyncrl.supervisor import ServerLost
 from asyncrl.worker import Diverged, Worker, _current
@@ -59,6 +66,8 @@ except ImportError:  # pragma: no cover - the extra is not installed
 
 
 SERVER_NAME = "asyncrl-parameter-server"
+#: seconds a new worker actor may wait for a CPU before the log says so
+PLACEMENT_NOTICE_S = 10.0
 
 
 def require_ray() -> Any:
@@ -96,7 +105,13 @@ class ParameterServer:
     def pull(self, want_target: bool) -> tuple:
         target = self.state.target_params
         target_np = target.numpy() if (want_target and target is not None) else None
-        return self.version, self.state.params.numpy(), target_np, self.steps, self.stop
+        stats = self.obs_stats()
+        return self.version, self.state.params.numpy(), target_np, self.steps, self.stop, stats
+
+    def obs_stats(self) -> np.ndarray | None:
+        """The observation statistics every worker normalises with (None: not normalised)."""
+        stats = self.state.obs_stats
+        return None if stats is None else stats.numpy()
 
     def push(self, grad: np.ndarray | None, version: int, n_steps: int, worker: int) -> int:
         self.steps += n_steps
@@ -115,12 +130,20 @@ class ParameterServer:
         return self.steps
 
     def push_pull(
-        self, grads: np.ndarray, meta: list, reports: list, worker: int, want_target: bool
+        self,
+        grads: np.ndarray,
+        meta: list,
+        reports: list,
+        worker: int,
+        want_target: bool,
+        obs_stats: np.ndarray | None = None,
     ) -> tuple:
         """A worker's one call per ``--ray-batch`` rollouts: their gradients (rows of one
         contiguous array; ``meta`` holds (finite, version, env steps) per row), each applied as
-        an update of its own, and the reports of those rollouts (episodes and statistics) in;
-        the current parameters out."""
+        an update of its own, the reports of those rollouts (episodes and statistics) and the
+        statistics of their observations in; the current parameters (and statistics) out."""
+        if obs_stats is not None and self.state.obs_stats is not None:
+            merge_obs_stats(self.state.obs_stats, torch.from_numpy(obs_stats))
         for row, (finite, version, n_steps) in enumerate(meta):
             self.push(grads[row] if finite else None, version, n_steps, worker)
         for finished, stats, step in reports:
@@ -174,8 +197,17 @@ class RayStore:
     steps that the server has not counted yet (in flight or not sent).
     """
 
-    def __init__(self, server: Any, wid: int, pipeline: int, batch: int):
+    def __init__(
+        self, server: Any, wid: int, pipeline: int, batch: int, obs_stats: np.ndarray | None = None
+    ):
         self.server, self.wid, self.pipeline, self.batch = server, wid, pipeline, batch
+        # --normalize-obs: the statistics this worker normalises with (the server's, as of the
+        # last reply, plus its own batches since), and its batches not sent yet
+        self.stats: torch.Tensor | None = None
+        self.unsent_stats: torch.Tensor | None = None
+        if obs_stats is not None:
+            self.stats = torch.from_numpy(obs_stats.copy())
+            self.unsent_stats = torch.zeros_like(self.stats)
         self.steps, self.stop, self.version = 0, False, -1
         self.inflight: list[tuple[Any, int]] = []  # (ref, env steps it carries), oldest first
         self.grads: np.ndarray | None = None  # (batch, n) rows of gradients not sent yet
@@ -198,7 +230,13 @@ class RayStore:
         # One contiguous array for the batch: Ray copies it when the call is made (one buffer
         # to serialize rather than one per gradient), so the rows are free again after this.
         grads = None if self.grads is None else self.grads[: len(pushes)]
-        call = self.server.push_pull.remote(grads, pushes, reports, self.wid, self.wants_target)
+        stats: np.ndarray | None = None
+        if self.unsent_stats is not None and self.unsent_stats[0] > 0:
+            stats = self.unsent_stats.numpy().copy()
+            self.unsent_stats.zero_()
+        call = self.server.push_pull.remote(
+            grads, pushes, reports, self.wid, self.wants_target, stats
+        )
         self.inflight.append((call, sum(n for *_, n in pushes)))
 
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
@@ -215,13 +253,16 @@ class RayStore:
             reply = ray.get(self.inflight.pop(0)[0])
         if reply is None:
             return self.version
-        self.version, params, target, server_steps, self.stop = reply
+        self.version, params, target, server_steps, self.stop, stats = reply
         unsent = sum(n for *_, n in self.pushes)
         self.steps = server_steps + sum(n for _, n in self.inflight) + unsent
         # Ray hands back read-only arrays: copy them into our tensors' memory.
         local.numpy()[:] = params
         if target_local is not None:
             target_local.numpy()[:] = target
+        if self.stats is not None and self.unsent_stats is not None:
+            self.stats.copy_(torch.from_numpy(stats))
+            merge_obs_stats(self.stats, self.unsent_stats)  # its own batches the server lacks
         return self.version
 
     def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
@@ -249,7 +290,12 @@ class RayStore:
             self._call()
 
     def obs_stats(self) -> torch.Tensor | None:
-        return None  # --normalize-obs is refused on Ray (not built yet)
+        return self.stats
+
+    def observe(self, obs: np.ndarray) -> None:
+        assert self.stats is not None and self.unsent_stats is not None
+        update_obs_stats(self.stats, obs)  # acting sees its own batches at once
+        update_obs_stats(self.unsent_stats, obs)  # the server gets them with the next call
 
     def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
         # the loop's last call: deliver what is not sent yet and wait for every call
@@ -274,7 +320,8 @@ class WorkerActor:
     def run(self, incarnation: int) -> str:
         _current.worker_id = self.wid
         # A restarted actor starts from fresh env state: another stream of the same seed.
-        store = RayStore(self.server, self.wid, self.cfg.ray_pipeline, self.cfg.ray_batch)
+        stats: Any = ray.get(self.server.obs_stats.remote())  # an array, or None
+        store = RayStore(self.server, self.wid, self.cfg.ray_pipeline, self.cfg.ray_batch, stats)
         try:
             Worker(self.wid, incarnation, self.cfg, self.info, store, None).run()
         except BaseException:
@@ -295,8 +342,13 @@ def start_ray(cfg: Config) -> None:
         "log_to_driver": True,
     }
     if cfg.address:
+        # the cluster's own setting: with token authentication (README: a secured cluster) the
+        # token comes from RAY_AUTH_TOKEN or ~/.ray/auth_token, as for every Ray client
         ray.init(address=cfg.address, **kwargs)
     else:
+        # Token authentication (Ray >= 2.52, the default for local clusters from 2.59): the
+        # local cluster makes its own token, so nothing else on this machine can join it.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
         # Local Ray binds to loopback only: nothing of ours listens on another address.
         ray.init(
             num_cpus=os.cpu_count(),
@@ -328,23 +380,35 @@ class RayRun:
         self.server: Any = server_cls.options(name=self.name, scheduling_strategy=here).remote(
             cfg, state.snapshot()
         )
+        # No restarts by Ray: a dead worker's machine may be gone, and Ray would wait for it
+        # (or for a CPU) forever; the run starts a fresh actor wherever one fits (restart).
+        self.worker_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(WorkerActor)
         self.actors: list[Any] = []
         self.incarnations = [0] * self.workers
-        # In flight per worker: its loop ("run") or, after a death, a ping that waits until Ray
-        # has restarted the actor (calls to a restarting actor fail as unavailable).
+        # In flight per worker: a new actor's ping (answered once it is placed and alive), then
+        # its loop ("run")
         self.calls: dict[Any, tuple[int, str]] = {}
-        self.nodes: set[str] = set()
+        self.pending_since: dict[int, float] = {}  # workers whose actor awaits a CPU
+        self.noticed: set[int] = set()
+        self.stopping = False
+        self.nodes: set[str] = set()  # nodes that ran a worker
+        self.workers_lost = 0  # actors that died (their process, or their node)
         self.steps = state.steps()
         self.stats: dict[str, Any] = {"lags": {}, "dropped": 0}
 
     def start(self, states: dict[int, dict]) -> None:
         # Workers resume with fresh env state: the checkpoint holds the server's state only.
-        worker_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(WorkerActor)
-        self.actors = [
-            worker_cls.remote(w, self.cfg, self.info, self.name) for w in range(self.workers)
-        ]
+        self.actors = [None] * self.workers
         for w in range(self.workers):
-            self.calls[self.actors[w].run.remote(0)] = (w, "run")
+            self._spawn(w)
+
+    def _spawn(self, wid: int) -> None:
+        """A fresh actor for worker ``wid``. Its loop starts once the actor answers a ping, so
+        an actor the cluster has no CPU for stays pending without holding anything up: it
+        starts when a CPU frees or a node joins, and is dropped if the run ends first."""
+        self.actors[wid] = self.worker_cls.remote(wid, self.cfg, self.info, self.name)
+        self.calls[self.actors[wid].node.remote()] = (wid, "ping")
+        self.pending_since[wid] = time.monotonic()
 
     def incarnation(self, wid: int) -> int:
         return self.incarnations[wid]
@@ -361,45 +425,71 @@ class RayRun:
             ready, _ = ray.wait(list(self.calls), timeout=timeout, num_returns=len(self.calls))
             for ref in ready:
                 msgs.extend(self._returned(ref))
+        msgs.extend(self._pending())
         # The server after the workers: a loop's last call completes before the loop returns,
         # so its episodes are in this drain; and if the server is dead this raises, before the
         # workers' failures that follow from it could count as worker faults.
         stream, self.steps = self._server(self.server.drain.remote())
         return [*stream, *msgs]
 
+    def _pending(self) -> list[Message]:
+        """Actors still waiting for a CPU: said once in the log; dropped (their worker done)
+        once the run stops, so that its end never waits for a placement that may not come."""
+        out: list[Message] = []
+        now = time.monotonic()
+        for w, since in list(self.pending_since.items()):
+            if self.stopping:
+                self._drop(w)
+                out.append(Done(w, self.incarnations[w], None))
+            elif now - since > PLACEMENT_NOTICE_S and w not in self.noticed:
+                self.noticed.add(w)
+                free = ray.available_resources().get("CPU", 0.0)
+                out.append(
+                    Notice(
+                        f"worker {w} waits for a CPU on the cluster ({free:g} free now): it "
+                        "starts when one frees or a node joins; the run goes on without it"
+                    )
+                )
+        return out
+
     def _returned(self, ref: Any) -> list[Message]:
         w, kind = self.calls.pop(ref)
         inc = self.incarnations[w]
         try:
             node = ray.get(ref)
-        except ray.exceptions.RayActorError as e:  # the actor process is gone
-            if kind == "ping":  # still restarting: ask again
-                time.sleep(0.05)
-                self.calls[self.actors[w].node.remote()] = (w, "ping")
-                return []
-            return [Lost(w, f"died ({type(e).__name__}); Ray restarts the actor")]
+        except ray.exceptions.RayActorError as e:  # the actor's process or node is gone
+            self.pending_since.pop(w, None)
+            self.workers_lost += 1
+            return [Lost(w, f"died ({type(e).__name__}): its process or its machine is gone")]
         except ray.exceptions.RayTaskError as e:  # its env or learner raised
             cause = getattr(e, "cause", None) or e
             text = f"{type(cause).__name__}: {cause}"
             return [Failed(w, inc, text, str(e), isinstance(cause, Diverged))]
-        if kind == "ping":  # restarted: its loop starts again with fresh env state
+        self.nodes.add(node)
+        if kind == "ping":  # placed and alive: its loop starts
+            self.pending_since.pop(w, None)
             self.calls[self.actors[w].run.remote(inc)] = (w, "run")
             return []
-        self.nodes.add(node)
         return [Done(w, inc, None)]
 
     def restart(self, wid: int) -> None:
-        # A dead actor is being restarted by Ray: wait for it with a ping; a live one (its
-        # loop raised) answers the ping at once.
+        # Always a fresh actor (and process), placed wherever a CPU is free: a dead actor's
+        # machine may be gone for good.
         self.incarnations[wid] += 1
-        self.calls[self.actors[wid].node.remote()] = (wid, "ping")
+        self._drop(wid)
+        self._spawn(wid)
 
     def retire(self, wid: int) -> None:
         self.incarnations[wid] += 1
+        self._drop(wid)
+
+    def _drop(self, wid: int) -> None:
         for ref, (w, _) in list(self.calls.items()):
             if w == wid:
                 del self.calls[ref]
-        ray.kill(self.actors[wid], no_restart=True)
+        self.pending_since.pop(wid, None)
+        with contextlib.suppress(Exception):  # already gone, perhaps with its node
+            ray.kill(self.actors[wid], no_restart=True)
 
     def global_step(self) -> int:
         return self.steps
@@ -417,6 +507,7 @@ class RayRun:
         return dataclasses.replace(snap, counters=counters)
 
     def stop(self) -> None:
+        self.stopping = True
         self.server.set_stop.remote()
 
     def finish(self, workers: dict[int, WorkerSnapshot]) -> GlobalSnapshot:
@@ -433,6 +524,8 @@ class RayRun:
         """Kill the actors (no restarts): nothing of a finished or failed run keeps running on
         the cluster. Safe to call twice and with some of them dead already."""
         for actor in [*self.actors, self.server]:
+            if actor is None:
+                continue
             with contextlib.suppress(Exception):  # already gone
                 ray.kill(actor, no_restart=True)
         self.actors, self.calls = [], {}
@@ -440,7 +533,14 @@ class RayRun:
     def closing(self) -> tuple[dict[str, Any], list[str]]:
         self._release()  # after a lost server finish() never ran: the workers go too
         stats = self.stats
-        summary = {"lags": stats["lags"], "dropped": stats["dropped"], "nodes": len(self.nodes)}
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        summary = {
+            "lags": stats["lags"],
+            "dropped": stats["dropped"],
+            "nodes": len(self.nodes),
+            "nodes_lost": len(self.nodes - alive),
+            "workers_lost": self.workers_lost,
+        }
         return summary, [staleness_line(stats["lags"], stats["dropped"])]
 
 
