@@ -4,9 +4,10 @@ simulated workers that send synthetic gradients as fast as they can (no envs, no
 1. ``inproc``: the server's own work per gradient, ``ParameterServer.push_pull`` called in this
    process with a batch of ``--ray-batch`` gradients (an optimizer step each, no Ray, no
    copies): the ceiling.
-2. ``ray``: the real server actor and N caller actors, each sending batches of ``--ray-batch``
-   gradients in one call and taking the parameters back, as ``RayStore`` does; the server's
-   applied updates per second over a window of ``--seconds``.
+2. ``ray``: K real server actors (``--ray-servers K``, each holding a slice of the
+   parameters) and N caller actors, each sending batches of ``--ray-batch`` gradients in one
+   call per server and taking the parameters back, as ``RayStore`` does; the updates per
+   second applied over a window of ``--seconds``.
 
 For each model (the CartPole MLP and the A3C paper's Atari net) it prints the updates/s and
 the number of real workers that rate feeds, from the updates a real worker makes per second
@@ -24,13 +25,12 @@ import shlex
 import statistics
 import sys
 import time
-from typing import Any
 
 import numpy as np
 
 import asyncrl
 from asyncrl.algos import make_algorithm
-from asyncrl.backends.ray import ParameterServer, start_ray
+from asyncrl.backends.ray import ParameterServer, shard_bounds, shard_snapshot, start_ray
 from asyncrl.envs import probe_env
 from asyncrl.state import GlobalState
 
@@ -57,32 +57,45 @@ def inproc_updates_per_s(cfg: asyncrl.Config, state: GlobalState, seconds: float
 
 
 def ray_updates_per_s(
-    cfg: asyncrl.Config, state: GlobalState, callers: int, seconds: float
+    cfg: asyncrl.Config, state: GlobalState, callers: int, servers: int, seconds: float
 ) -> float:
+    """Updates/s that ``servers`` server actors (``--ray-servers``: each a slice of the
+    parameters) sustain under ``callers`` simulated workers; each caller sends every server
+    its slice of a batch of gradients in parallel, as RayStore does."""
     import ray
 
     server_cls = ray.remote(num_cpus=0)(ParameterServer)
-    server = server_cls.remote(cfg, state.snapshot())
+    n = state.params.numel()
+    bounds = shard_bounds(n, servers)
+    snap = state.snapshot()
+    pool_s = [
+        server_cls.remote(cfg, shard_snapshot(snap, a, b, k == 0))
+        for k, (a, b) in enumerate(bounds)
+    ]
 
     @ray.remote(num_cpus=0)
     class Caller:
-        def go(self, server: Any, n: int, batch: int, until: float) -> int:
-            grads = np.full((batch, n), 1e-4, np.float32)
+        def go(self, servers: list, bounds: list, batch: int, until: float) -> int:
+            grads = [np.full((batch, b - a), 1e-4, np.float32) for a, b in bounds]
             version, calls = 0, 0
             while time.time() < until:
                 meta = [(True, version, 40)] * batch
-                version = ray.get(server.push_pull.remote(grads, meta, [], 0, False))[0]
+                refs = [
+                    s.push_pull.remote(g, meta, [], 0, False)
+                    for s, g in zip(servers, grads, strict=True)
+                ]
+                version = ray.get(refs)[0][0]
                 calls += 1
             return calls
 
-    n = state.params.numel()
     pool = [Caller.remote() for _ in range(callers)]
-    ray.get([c.go.remote(server, n, cfg.ray_batch, time.time() + 1.0) for c in pool])  # warm
-    v0 = ray.get(server.statistics.remote())["version"]
+    batch = cfg.ray_batch
+    ray.get([c.go.remote(pool_s, bounds, batch, time.time() + 1.0) for c in pool])  # warm up
+    v0 = ray.get(pool_s[0].statistics.remote())["version"]
     t0 = time.time()
-    ray.get([c.go.remote(server, n, cfg.ray_batch, t0 + seconds) for c in pool])
-    rate = (ray.get(server.statistics.remote())["version"] - v0) / (time.time() - t0)
-    for actor in [*pool, server]:
+    ray.get([c.go.remote(pool_s, bounds, batch, t0 + seconds) for c in pool])
+    rate = (ray.get(pool_s[0].statistics.remote())["version"] - v0) / (time.time() - t0)
+    for actor in [*pool, *pool_s]:
         ray.kill(actor)
     return rate
 
@@ -92,6 +105,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--callers", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--servers", type=int, nargs="+", default=[1, 2], help="--ray-servers K")
     p.add_argument("--ray-batch", type=int, default=8)
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument(
@@ -113,13 +127,20 @@ def main() -> None:
         if args.no_ray:
             continue
         start_ray(cfg)
-        for k in args.callers:
-            rates = [ray_updates_per_s(cfg, state, k, args.seconds) for _ in range(args.repeats)]
-            rows.append((name, n, f"Ray, {k} callers", med(rates)))
-            print(f"{name}: Ray, {k} callers: {med(rates):,.0f} updates/s", flush=True)
+        for servers in args.servers:
+            for k in args.callers:
+                rates = [
+                    ray_updates_per_s(cfg, state, k, servers, args.seconds)
+                    for _ in range(args.repeats)
+                ]
+                how = f"Ray, {servers} server(s), {k} callers"
+                rows.append((name, n, how, med(rates)))
+                print(f"{name}: {how}: {med(rates):,.0f} updates/s", flush=True)
     per = args.worker_updates
     print(f"\nparameter server capacity, --ray-batch {args.ray_batch}, median of {args.repeats}")
-    print("| model | parameters | driven by | updates/s | Atari workers fed |\n|---|---|---|---|---|")
+    print(
+        "| model | parameters | driven by | updates/s | Atari workers fed |\n|---|---|---|---|---|"
+    )
     for name, n, how, rate in rows:
         fed = f"{rate / per:,.0f}" if name.startswith("atari") else ""
         print(f"| {name} | {n:,} | {how} | {rate:,.0f} | {fed} |")

@@ -102,8 +102,8 @@ def main() -> None:
         rates.append(rate)
         print(f"seed {seed}: {rate:,.0f} env steps/s in one worker", flush=True)
     print(
-        f"\n{args.env} {args.algo}, one worker, preset settings: median {statistics.median(rates):,.0f} "
-        "env steps/s"
+        f"\n{args.env} {args.algo}, one worker, preset settings: median "
+        f"{statistics.median(rates):,.0f} env steps/s"
     )
     print("| phase | share of the worker's time |\n|---|---|")
     for k in sorted(shares, key=lambda k: -statistics.median(shares[k])):

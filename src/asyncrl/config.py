@@ -41,6 +41,10 @@ class Config:
     ray_batch: int = 8
     """ray: rollouts whose gradients travel to the parameter server in one call (each is
     applied as an update of its own); fewer calls, staler gradients"""
+    ray_servers: int = 1
+    """ray: parameter-server actors, each holding a contiguous slice of the parameters and of
+    the optimizer statistics (a sharded server, for many workers and big models; each worker
+    call goes to every one in parallel)"""
     ray_pipeline: int = 0
     """ray: calls left in flight while the worker goes on collecting (0 or 1); 1 hides the
     round trip (about 5% more throughput here) at the cost of one more call's worth
@@ -97,6 +101,9 @@ class Config:
     gaussian_std: Literal["param", "softplus"] = "param"
     """A3C with Box actions: the Gaussian's std as a state-independent parameter (param) or a
     softplus of a second head (softplus, the paper)"""
+    log_std_init: float = 0.0
+    """A3C with Box actions and --gaussian-std param: the log-std the policy starts from (0: a
+    standard deviation of 1)"""
     squash: bool = False
     """A3C with Box actions: squash Gaussian samples into the bounds with tanh (the
     log-probability takes the change of variables) instead of clipping them (the default, as
@@ -203,6 +210,7 @@ class Config:
             f"must be >= 0, got {self.max_staleness}",
         )
         need(self.ray_batch >= 1, "ray-batch", f"must be >= 1, got {self.ray_batch}")
+        need(self.ray_servers >= 1, "ray-servers", f"must be >= 1, got {self.ray_servers}")
         need(
             self.ray_pipeline in (0, 1),
             "ray-pipeline",
@@ -376,6 +384,22 @@ _PRESETS: dict[str, dict[str, Any]] = {
         normalize_obs=True,
         steps=2_000_000,
     ),
+    # MuJoCo locomotion (HalfCheetah, Hopper, Walker2d, Ant, ...): tuned on HalfCheetah-v5
+    # here (README table): the paper's gamma 0.99 with GAE(0.95), observations normalised,
+    # rewards scaled by 1/10, a narrower initial Gaussian, gradient clipping, no entropy bonus
+    "mujoco": dict(
+        envs_per_worker=8,
+        t_max=8,
+        lr=1e-3,
+        gamma=0.99,
+        gae_lambda=0.95,
+        entropy_coef=0.0,
+        max_grad_norm=0.5,
+        reward_scale=0.1,
+        normalize_obs=True,
+        log_std_init=-1.0,
+        steps=1_000_000,
+    ),
     # MinAtar's 10x10 games: small conv net, CartPole-like batch settings
     "minatar": dict(
         envs_per_worker=16,
@@ -409,19 +433,21 @@ _PRESETS: dict[str, dict[str, Any]] = {
 
 def auto_preset(env: str, env_kwargs: tuple[str, ...] = ()) -> str:
     """The preset an env id selects when the user names none: atari for ALE games, minatar
-    for MinAtar, control for Box actions, cartpole (the vector-observation defaults)
-    otherwise."""
+    for MinAtar, mujoco for Gymnasium's MuJoCo tasks, control for other Box actions, cartpole
+    (the vector-observation defaults) otherwise."""
     plain = env.rpartition(":")[2]
     if plain.startswith("MinAtar/"):
         return "minatar"
     import gymnasium as gym
 
-    from asyncrl.envs import env_spec, is_atari, parse_env_kwargs
+    from asyncrl.envs import env_spec, is_atari, is_mujoco, parse_env_kwargs
 
     try:
         spec = env_spec(env)
         if is_atari(spec):
             return "atari"
+        if is_mujoco(spec):
+            return "mujoco"
         env_ = gym.make(spec.id, **parse_env_kwargs(env_kwargs))
         box = isinstance(env_.action_space, gym.spaces.Box)
         env_.close()

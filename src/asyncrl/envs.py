@@ -130,6 +130,11 @@ def is_atari(spec: gym.envs.registration.EnvSpec) -> bool:
     return atari.is_ale_spec(spec)
 
 
+def is_mujoco(spec: gym.envs.registration.EnvSpec) -> bool:
+    """Gymnasium's MuJoCo tasks (HalfCheetah, Hopper, Walker2d, Ant, ...)."""
+    return str(spec.entry_point).startswith("gymnasium.envs.mujoco")
+
+
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     plain = _import_prefix(env_id)
     # ale-py registers its games only when imported (Gymnasium 1.x): ids not registered yet are

@@ -51,6 +51,8 @@ class ModelSpec:
     #: Box actions: "param" (a state-independent log-std) or "softplus" (the paper's
     #: state-dependent variance, a softplus of a second linear head)
     gaussian_std: Literal["param", "softplus"] = "param"
+    #: the initial log-std of a state-independent Gaussian
+    log_std_init: float = 0.0
     #: the core between encoder and heads: none, or an LSTM of core_size cells
     core: Literal["none", "lstm"] = "none"
     core_size: int = 128
@@ -283,7 +285,9 @@ class ActorCritic(nn.Module):
         self.softplus_std = box and spec.gaussian_std == "softplus"
         self.std_head = _linear(d, spec.action.dim, 0.01) if self.softplus_std else None
         self.log_std = (
-            nn.Parameter(torch.zeros(spec.action.dim)) if box and not self.softplus_std else None
+            nn.Parameter(torch.full((spec.action.dim,), float(spec.log_std_init)))
+            if box and not self.softplus_std
+            else None
         )
         # The behaviour policy runs once per env step, where each nn.Module attribute lookup
         # costs about a microsecond: keep plain references to what it touches (the same

@@ -213,7 +213,7 @@ def test_a_pipelined_worker_does_not_wait_for_the_push_it_just_sent(monkeypatch,
     fake = _FakeRay()
     monkeypatch.setattr(ray_backend, "ray", fake)
     server = _FakeServer()
-    store = ray_backend.RayStore(server, 0, pipeline=pipeline, batch=1)
+    store = ray_backend.RayStore([server], 0, pipeline=pipeline, batch=1)
     local = torch.zeros(3)
     assert store.pull(local, None) == 0  # the first pull always waits: nothing to work with
     fake.blocked_on.clear()
@@ -237,7 +237,7 @@ def test_batched_pushes_send_every_gradient_and_episode_once_and_count_every_ste
 ):
     monkeypatch.setattr(ray_backend, "ray", _FakeRay())
     server = _FakeServer()
-    store = ray_backend.RayStore(server, 0, pipeline=pipeline, batch=3)
+    store = ray_backend.RayStore([server], 0, pipeline=pipeline, batch=3)
     local = torch.zeros(3)
     store.pull(local, None)
     grad = torch.zeros(3)
@@ -260,7 +260,7 @@ def test_batched_pushes_send_every_gradient_and_episode_once_and_count_every_ste
 def test_a_pipelined_worker_sees_the_stop_flag(monkeypatch):
     monkeypatch.setattr(ray_backend, "ray", _FakeRay())
     server = _FakeServer(stop_from_call=2)
-    store = ray_backend.RayStore(server, 0, pipeline=1, batch=1)
+    store = ray_backend.RayStore([server], 0, pipeline=1, batch=1)
     local = torch.zeros(3)
     store.pull(local, None)
     seen = []
@@ -419,7 +419,9 @@ def test_observation_statistics_reach_the_server_and_every_worker(monkeypatch):
     state = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False)
     server = ray_backend.ParameterServer(cfg, state.snapshot())
     stores = [
-        ray_backend.RayStore(_Direct(server), w, pipeline=0, batch=2, obs_stats=server.obs_stats())
+        ray_backend.RayStore(
+            [_Direct(server)], w, pipeline=0, batch=2, obs_stats=server.obs_stats()
+        )
         for w in range(2)
     ]
     local = torch.zeros(state.params.numel())
@@ -443,3 +445,72 @@ def test_observation_statistics_reach_the_server_and_every_worker(monkeypatch):
     assert int(stats[0]) == len(everything)
     np.testing.assert_allclose(stats[1:4], everything.mean(0), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(stats[4:], everything.var(0), rtol=1e-4)
+
+
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_sharded_servers_apply_exactly_the_updates_of_one_server(monkeypatch, optimizer):
+    # --ray-servers 3 against one server, on the same sequence of gradients, through RayStore
+    # (which slices each gradient and puts the parameters back together): bit-for-bit equal
+    from asyncrl.envs import probe_env
+    from asyncrl.state import GlobalState
+
+    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", optimizer=optimizer, steps=1000)
+    info = probe_env(cfg.env, "a3c")
+    snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
+    n = snap.params.size
+    bounds = ray_backend.shard_bounds(n, 3)
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    one = ray_backend.ParameterServer(cfg, snap)
+    shards = [
+        ray_backend.ParameterServer(cfg, ray_backend.shard_snapshot(snap, a, b, k == 0))
+        for k, (a, b) in enumerate(bounds)
+    ]
+    stores = [
+        ray_backend.RayStore([_Direct(one)], 0, pipeline=0, batch=2),
+        ray_backend.RayStore([_Direct(s) for s in shards], 0, pipeline=0, batch=2, bounds=bounds),
+    ]
+    locals_ = [torch.zeros(n), torch.zeros(n)]
+    rng = np.random.default_rng(0)
+    for store, local in zip(stores, locals_, strict=True):
+        store.pull(local, None)
+    for _ in range(7):
+        grad = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+        for store, local in zip(stores, locals_, strict=True):
+            store.push(grad, 10, store.version)
+            store.pull(local, None)
+    for store in stores:
+        store.snapshot(None)
+    assert torch.equal(locals_[0], locals_[1])  # what the workers got back
+    joined = ray_backend.join_snapshots([s.snapshot() for s in shards])
+    whole = one.snapshot()
+    assert np.array_equal(joined.params, whole.params) and not np.array_equal(
+        whole.params, snap.params
+    )
+    assert joined.optimizer.keys() == whole.optimizer.keys()
+    for k in whole.optimizer:
+        assert np.array_equal(joined.optimizer[k], whole.optimizer[k]), k
+    assert all(s.steps == one.steps == 70 for s in shards)
+
+
+@pytest.mark.slow
+def test_a_sharded_server_trains_on_the_cluster_checkpoints_and_resumes(cluster, run_dir):
+    from asyncrl.checkpoint import load_checkpoint
+
+    first = asyncrl.train(
+        backend="ray",
+        address=cluster.address,
+        workers=2,
+        ray_servers=2,
+        steps=30_000,
+        target_return=1e9,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    assert first["total_steps"] >= 30_000 and first["episodes"] > 0
+    saved = load_checkpoint(run_dir)["glob"]  # one whole state, put together from the servers
+    model = asyncrl.load(run_dir).model
+    assert saved.params.size == sum(p.numel() for p in model.parameters())
+    assert np.array_equal(saved.params, torch.cat([p.flatten() for p in model.parameters()]))
+    resumed = asyncrl.train(resume=run_dir, steps=60_000)
+    assert resumed["resumed"] and resumed["total_steps"] >= 60_000

@@ -127,6 +127,7 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
         kind=kind,
         obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
         gaussian_std=cfg.gaussian_std,
+        log_std_init=cfg.log_std_init,
         core=cfg.core,
         core_size=cfg.lstm_size or (256 if image else 128),
         obs_shape=shape,

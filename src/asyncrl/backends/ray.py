@@ -14,6 +14,13 @@ actor: it applies a call's gradients one optimizer step each and answers with th
 parameters, so a call holds up the next for ``ray_batch`` optimizer steps. Workers never wait
 for each other, only for the server.
 
+With ``--ray-servers K`` the flat vector is cut into K contiguous slices, each held by a server
+actor of its own with its slice of the optimizer statistics and of theta^-; a worker's call goes
+to all K at once (its slice of each gradient in, its slice of the parameters out), so the
+server's work per update divides by K. The first server also holds the counters, the episode
+stream and the observation statistics; every server counts the steps (the lr schedule reads
+them) and its own versions (the staleness bound applies per slice).
+
 Every pushed gradient carries the parameter version it was computed from; the server records
 the lag (versions behind) and, with ``--max-staleness K``, drops gradients more than K versions
 old and counts them.
@@ -34,6 +41,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import itertools
 import os
 import time
 from typing import Any
@@ -68,6 +76,9 @@ except ImportError:  # pragma: no cover - the extra is not installed
 SERVER_NAME = "asyncrl-parameter-server"
 #: seconds a new worker actor may wait for a CPU before the log says so
 PLACEMENT_NOTICE_S = 10.0
+#: seconds the run waits for the workers' loops to end after it stops (a loop ends within a
+#: rollout and a call; one that does not is on a machine that went silent)
+STOP_GRACE_S = 30.0
 
 
 def require_ray() -> Any:
@@ -198,9 +209,19 @@ class RayStore:
     """
 
     def __init__(
-        self, server: Any, wid: int, pipeline: int, batch: int, obs_stats: np.ndarray | None = None
+        self,
+        servers: list[Any],
+        wid: int,
+        pipeline: int,
+        batch: int,
+        obs_stats: np.ndarray | None = None,
+        bounds: list[tuple[int, int]] | None = None,
     ):
-        self.server, self.wid, self.pipeline, self.batch = server, wid, pipeline, batch
+        self.wid, self.pipeline, self.batch = wid, pipeline, batch
+        # --ray-servers K: server k holds the slice bounds[k] of the parameters; the first also
+        # holds the counters, the episode stream and the observation statistics
+        self.servers = servers
+        self.bounds = bounds
         # --normalize-obs: the statistics this worker normalises with (the server's, as of the
         # last reply, plus its own batches since), and its batches not sent yet
         self.stats: torch.Tensor | None = None
@@ -209,7 +230,8 @@ class RayStore:
             self.stats = torch.from_numpy(obs_stats.copy())
             self.unsent_stats = torch.zeros_like(self.stats)
         self.steps, self.stop, self.version = 0, False, -1
-        self.inflight: list[tuple[Any, int]] = []  # (ref, env steps it carries), oldest first
+        # (one ref per server, env steps the call carries), oldest first
+        self.inflight: list[tuple[list[Any], int]] = []
         self.grads: np.ndarray | None = None  # (batch, n) rows of gradients not sent yet
         self.pushes: list[tuple] = []  # (finite, version, env steps) of each row
         self.reports: list[tuple[list, StatSums, int]] = []
@@ -234,10 +256,24 @@ class RayStore:
         if self.unsent_stats is not None and self.unsent_stats[0] > 0:
             stats = self.unsent_stats.numpy().copy()
             self.unsent_stats.zero_()
-        call = self.server.push_pull.remote(
-            grads, pushes, reports, self.wid, self.wants_target, stats
-        )
-        self.inflight.append((call, sum(n for *_, n in pushes)))
+        refs = []
+        for k, server in enumerate(self.servers):
+            part = grads
+            if grads is not None and self.bounds is not None:
+                a, b = self.bounds[k]
+                part = np.ascontiguousarray(grads[:, a:b])
+            first = k == 0
+            refs.append(
+                server.push_pull.remote(
+                    part,
+                    pushes,
+                    reports if first else [],
+                    self.wid,
+                    self.wants_target,
+                    stats if first else None,
+                )
+            )
+        self.inflight.append((refs, sum(n for *_, n in pushes)))
 
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
         self.wants_target = target_local is not None
@@ -253,13 +289,15 @@ class RayStore:
             reply = ray.get(self.inflight.pop(0)[0])
         if reply is None:
             return self.version
-        self.version, params, target, server_steps, self.stop, stats = reply
+        self.version, _, _, server_steps, self.stop, stats = reply[0]
         unsent = sum(n for *_, n in self.pushes)
         self.steps = server_steps + sum(n for _, n in self.inflight) + unsent
         # Ray hands back read-only arrays: copy them into our tensors' memory.
-        local.numpy()[:] = params
-        if target_local is not None:
-            target_local.numpy()[:] = target
+        for k, (_, params, target, *_) in enumerate(reply):
+            a, b = (0, local.numel()) if self.bounds is None else self.bounds[k]
+            local.numpy()[a:b] = params
+            if target_local is not None:
+                target_local.numpy()[a:b] = target
         if self.stats is not None and self.unsent_stats is not None:
             self.stats.copy_(torch.from_numpy(stats))
             merge_obs_stats(self.stats, self.unsent_stats)  # its own batches the server lacks
@@ -300,7 +338,7 @@ class RayStore:
     def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
         # the loop's last call: deliver what is not sent yet and wait for every call
         self.flush()
-        ray.get([ref for ref, _ in self.inflight])
+        ray.get([ref for refs, _ in self.inflight for ref in refs])
         self.inflight = []
         return None
 
@@ -308,11 +346,14 @@ class RayStore:
 class WorkerActor:
     """One actor-learner on some node of the cluster, running the shared Worker loop."""
 
-    def __init__(self, wid: int, cfg: Config, info: EnvInfo, server: str):
-        # The server by name, not by handle: a handle among the constructor arguments lives in
-        # the object store, and Ray warns that a restart could then fail.
+    def __init__(
+        self, wid: int, cfg: Config, info: EnvInfo, servers: list[str], bounds: list[tuple]
+    ):
+        # The servers by name, not by handle: a handle among the constructor arguments lives
+        # in the object store, and Ray warns that a restart could then fail.
         self.wid, self.cfg, self.info = wid, cfg, info
-        self.server = ray.get_actor(server)
+        self.servers = [ray.get_actor(name) for name in servers]
+        self.bounds = bounds if len(servers) > 1 else None
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -320,8 +361,11 @@ class WorkerActor:
     def run(self, incarnation: int) -> str:
         _current.worker_id = self.wid
         # A restarted actor starts from fresh env state: another stream of the same seed.
-        stats: Any = ray.get(self.server.obs_stats.remote())  # an array, or None
-        store = RayStore(self.server, self.wid, self.cfg.ray_pipeline, self.cfg.ray_batch, stats)
+        stats: Any = ray.get(self.servers[0].obs_stats.remote())  # an array, or None
+        cfg = self.cfg
+        store = RayStore(
+            self.servers, self.wid, cfg.ray_pipeline, cfg.ray_batch, stats, self.bounds
+        )
         try:
             Worker(self.wid, incarnation, self.cfg, self.info, store, None).run()
         except BaseException:
@@ -370,16 +414,23 @@ class RayRun:
         self.cfg, self.info, self.state = cfg, info, state
         self.workers = state.counters.shape[1]
         server_cls = ray.remote(num_cpus=0, max_restarts=0)(ParameterServer)
-        # named, so that operators (and the fault tests) can find it: ray.get_actor(name)
-        self.name = f"{SERVER_NAME}-{os.getpid()}-{id(self):x}"
+        # named, so that operators (and the fault tests) can find them: ray.get_actor(name)
+        base = f"{SERVER_NAME}-{os.getpid()}-{id(self):x}"
+        self.names = [f"{base}-{k}" for k in range(cfg.ray_servers)]
+        self.bounds = shard_bounds(state.params.numel(), cfg.ray_servers)
         # Pinned to this process's node: a server with num_cpus=0 could otherwise land on any
         # node, and losing a worker machine would take the global state with it.
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.server: Any = server_cls.options(name=self.name, scheduling_strategy=here).remote(
-            cfg, state.snapshot()
-        )
+        snap = state.snapshot()
+        self.servers: list[Any] = [
+            server_cls.options(name=name, scheduling_strategy=here).remote(
+                cfg, shard_snapshot(snap, a, b, first=k == 0)
+            )
+            for k, (name, (a, b)) in enumerate(zip(self.names, self.bounds, strict=True))
+        ]
+        self.server = self.servers[0]  # the counters, the episode stream, the statistics
         # No restarts by Ray: a dead worker's machine may be gone, and Ray would wait for it
         # (or for a CPU) forever; the run starts a fresh actor wherever one fits (restart).
         self.worker_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(WorkerActor)
@@ -390,7 +441,7 @@ class RayRun:
         self.calls: dict[Any, tuple[int, str]] = {}
         self.pending_since: dict[int, float] = {}  # workers whose actor awaits a CPU
         self.noticed: set[int] = set()
-        self.stopping = False
+        self.stopped_at: float | None = None
         self.nodes: set[str] = set()  # nodes that ran a worker
         self.workers_lost = 0  # actors that died (their process, or their node)
         self.steps = state.steps()
@@ -406,7 +457,7 @@ class RayRun:
         """A fresh actor for worker ``wid``. Its loop starts once the actor answers a ping, so
         an actor the cluster has no CPU for stays pending without holding anything up: it
         starts when a CPU frees or a node joins, and is dropped if the run ends first."""
-        self.actors[wid] = self.worker_cls.remote(wid, self.cfg, self.info, self.name)
+        self.actors[wid] = self.worker_cls.remote(wid, self.cfg, self.info, self.names, self.bounds)
         self.calls[self.actors[wid].node.remote()] = (wid, "ping")
         self.pending_since[wid] = time.monotonic()
 
@@ -434,11 +485,17 @@ class RayRun:
 
     def _pending(self) -> list[Message]:
         """Actors still waiting for a CPU: said once in the log; dropped (their worker done)
-        once the run stops, so that its end never waits for a placement that may not come."""
+        once the run stops, so that its end never waits for a placement that may not come.
+        Loops that have not ended ``STOP_GRACE_S`` after the stop (a machine that went silent
+        before Ray declared it dead) are dropped too."""
         out: list[Message] = []
         now = time.monotonic()
+        if self.stopped_at is not None and now - self.stopped_at > STOP_GRACE_S:
+            for w in {w for w, _ in self.calls.values()}:
+                self._drop(w)
+                out.append(Done(w, self.incarnations[w], None))
         for w, since in list(self.pending_since.items()):
-            if self.stopping:
+            if self.stopped_at is not None:
                 self._drop(w)
                 out.append(Done(w, self.incarnations[w], None))
             elif now - since > PLACEMENT_NOTICE_S and w not in self.noticed:
@@ -498,7 +555,8 @@ class RayRun:
         return 0, set()  # the server's state is read at once
 
     def checkpoint_state(self, workers: dict[int, WorkerSnapshot]) -> GlobalSnapshot:
-        return self._spread(self._server(self.server.snapshot.remote()))
+        parts = self._server([server.snapshot.remote() for server in self.servers])
+        return self._spread(join_snapshots(parts))
 
     def _spread(self, snap: GlobalSnapshot) -> GlobalSnapshot:
         """The server counts in one column; the checkpoint has one per worker."""
@@ -507,8 +565,10 @@ class RayRun:
         return dataclasses.replace(snap, counters=counters)
 
     def stop(self) -> None:
-        self.stopping = True
-        self.server.set_stop.remote()
+        if self.stopped_at is None:
+            self.stopped_at = time.monotonic()
+        for server in self.servers:
+            server.set_stop.remote()
 
     def finish(self, workers: dict[int, WorkerSnapshot]) -> GlobalSnapshot:
         self.stop()
@@ -523,7 +583,7 @@ class RayRun:
     def _release(self) -> None:
         """Kill the actors (no restarts): nothing of a finished or failed run keeps running on
         the cluster. Safe to call twice and with some of them dead already."""
-        for actor in [*self.actors, self.server]:
+        for actor in [*self.actors, *self.servers]:
             if actor is None:
                 continue
             with contextlib.suppress(Exception):  # already gone
@@ -542,6 +602,52 @@ class RayRun:
             "workers_lost": self.workers_lost,
         }
         return summary, [staleness_line(stats["lags"], stats["dropped"])]
+
+
+def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
+    """Contiguous, nearly equal slices of the flat parameter vector, one per server."""
+    edges = [n * k // shards for k in range(shards + 1)]
+    return list(itertools.pairwise(edges))
+
+
+def shard_snapshot(snap: GlobalSnapshot, a: int, b: int, first: bool) -> GlobalSnapshot:
+    """The part of the global state that the server of slice [a, b) holds: the slice of the
+    parameters, of theta^- and of every per-parameter optimizer statistic (Adam's shared step
+    counter whole: every server applies every update). Every server counts steps (the lr
+    schedule and the target refresh read them); the first one also keeps the observation
+    statistics."""
+    n = snap.params.size
+
+    def part(v: np.ndarray) -> np.ndarray:
+        return v[a:b] if v.shape == (n,) else v
+
+    return dataclasses.replace(
+        snap,
+        params=part(snap.params),
+        optimizer={k: part(v) for k, v in snap.optimizer.items()},
+        target_params=None if snap.target_params is None else part(snap.target_params),
+        obs_stats=snap.obs_stats if first else None,
+    )
+
+
+def join_snapshots(parts: list[GlobalSnapshot]) -> GlobalSnapshot:
+    """The global state from the servers' parts (:func:`shard_snapshot`'s inverse)."""
+    if len(parts) == 1:
+        return parts[0]
+    first, n = parts[0], parts[0].params.size
+
+    def join(get: Any) -> np.ndarray:
+        return np.concatenate([get(p) for p in parts])
+
+    return dataclasses.replace(
+        first,
+        params=join(lambda p: p.params),
+        optimizer={
+            k: join(lambda p, k=k: p.optimizer[k]) if v.shape == (n,) else v
+            for k, v in first.optimizer.items()
+        },
+        target_params=None if first.target_params is None else join(lambda p: p.target_params),
+    )
 
 
 def staleness_line(lags: dict[int, int], dropped: int) -> str:

@@ -1,0 +1,25 @@
+"""Presets picked from the env, and the Gaussian options reaching the model."""
+
+import torch
+
+from asyncrl.algos import make_algorithm
+from asyncrl.config import auto_preset, preset
+from asyncrl.envs import probe_env
+from asyncrl.models import build_model
+
+
+def test_box_envs_pick_the_continuous_presets():
+    # Gymnasium registers the MuJoCo ids without the mujoco extra: the pick needs no install
+    assert auto_preset("HalfCheetah-v5") == "mujoco" == auto_preset("Hopper-v5")
+    assert auto_preset("Pendulum-v1") == "control"
+    assert auto_preset("CartPole-v1") == "cartpole"
+    cfg = preset(None, env="HalfCheetah-v5")
+    assert cfg.normalize_obs and cfg.gae_lambda == 0.95 and cfg.log_std_init == -1.0
+
+
+def test_the_initial_log_std_reaches_the_gaussian():
+    cfg = preset("control", env="Pendulum-v1", log_std_init=-0.5)
+    model = build_model(make_algorithm(cfg, probe_env(cfg.env, "a3c")).model_spec())
+    params = model.policy(torch.zeros(3, 3))
+    std = model.distribution(params).std
+    torch.testing.assert_close(std, torch.full((3, 1), float(torch.tensor(-0.5).exp())))
