@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import run_train
+from common import run_train, solve
 
 
 def throughput(args: argparse.Namespace) -> None:
@@ -69,31 +69,6 @@ def env_only(args: argparse.Namespace) -> None:
         f"\n{args.env}, {args.envs} envs, random actions, one core: {m:,.0f} frames/s "
         f"({m / 4:,.0f} agent steps/s)"
     )
-
-
-def solve(args: argparse.Namespace) -> None:
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
-        for seed in range(args.seeds):
-            extra = ["--env", args.env, "--target-return", str(args.target), *args.extra]
-            s = run_train(seed, extra, Path(tmp))
-            rows.append(s)
-            frames = (s["solve_steps"] or 0) * s["total_frames"] // max(s["total_steps"], 1)
-            print(
-                f"seed {seed}: solved={s['solved']} process {s['process_seconds']:.0f} s, "
-                f"{frames:,} frames to the target, final mean score {s['rolling_return']}",
-                flush=True,
-            )
-    solved = [r for r in rows if r["solved"]]
-    print(f"\n{args.env}: {len(solved)}/{len(rows)} seeds reached a mean score of {args.target}")
-    if solved:
-        t = statistics.median(r["process_seconds"] for r in solved)
-        steps = statistics.median(r["solve_steps"] for r in solved)
-        per = solved[0]["total_frames"] / max(solved[0]["total_steps"], 1)
-        print(
-            f"median whole-process time {t:.0f} s; median agent steps {steps:,.0f} "
-            f"({steps * per:,.0f} frames)"
-        )
 
 
 def main() -> None:

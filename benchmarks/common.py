@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import collections
 import csv
 import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,3 +64,30 @@ def steady_rate(episodes_csv: Path, budget: int, start: float = 0.2) -> float:
 
 def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def solve(args: argparse.Namespace) -> None:
+    """Train ``args.env`` to ``args.target`` (the mean of the last 100 episodes) with its
+    preset, once per seed; print how many seeds got there and the median whole-process time
+    and steps (and emulator frames, where a step is several)."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
+        for seed in range(args.seeds):
+            extra = ["--env", args.env, "--target-return", str(args.target), *args.extra]
+            s = run_train(seed, extra, Path(tmp))
+            rows.append(s)
+            per = s["total_frames"] / max(s["total_steps"], 1)
+            frames = f", {(s['solve_steps'] or 0) * per:,.0f} frames" if per > 1 else ""
+            print(
+                f"seed {seed}: solved={s['solved']} process {s['process_seconds']:.1f} s, "
+                f"steps {s['solve_steps']}{frames}, final mean {s['rolling_return']}",
+                flush=True,
+            )
+    solved = [r for r in rows if r["solved"]]
+    print(f"\n{args.env}: {len(solved)}/{len(rows)} seeds reached a mean of {args.target}")
+    if solved:
+        t = statistics.median(r["process_seconds"] for r in solved)
+        steps = statistics.median(r["solve_steps"] for r in solved)
+        per = solved[0]["total_frames"] / max(solved[0]["total_steps"], 1)
+        frames = f" ({steps * per:,.0f} frames)" if per > 1 else ""
+        print(f"median whole-process time {t:.1f} s; median steps {steps:,.0f}{frames}")

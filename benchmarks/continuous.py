@@ -20,29 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import run_train
+from common import run_train, solve
 
 import asyncrl
-
-
-def solve(args: argparse.Namespace) -> None:
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
-        for seed in range(args.seeds):
-            extra = ["--env", args.env, "--target-return", str(args.target), *args.extra]
-            s = run_train(seed, extra, Path(tmp))
-            rows.append(s)
-            print(
-                f"seed {seed}: solved={s['solved']} process {s['process_seconds']:.1f} s, "
-                f"steps {s['solve_steps']}, final rolling mean {s['rolling_return']}",
-                flush=True,
-            )
-    solved = [r for r in rows if r["solved"]]
-    print(f"\n{args.env}: {len(solved)}/{len(rows)} seeds reached {args.target}")
-    if solved:
-        t = statistics.median(r["process_seconds"] for r in solved)
-        steps = statistics.median(r["solve_steps"] for r in solved)
-        print(f"median whole-process time {t:.1f} s; median env steps {steps:,.0f}")
 
 
 def budget(args: argparse.Namespace) -> None:

@@ -37,6 +37,17 @@ def rolling_mean(xs: list[float], window: int) -> list[float]:
     return out
 
 
+def frames_per_step(run_dir: str | Path) -> int:
+    """Emulator frames per agent step (4 on Atari), from the run's summary; 1 without one."""
+    import json
+
+    summary = RunDir(Path(run_dir)).summary
+    if not summary.is_file():
+        return 1
+    s = json.loads(summary.read_text())
+    return max(1, round(s.get("total_frames", 0) / max(s.get("total_steps", 1), 1)))
+
+
 def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 100) -> Path:
     """Write the learning curve PNG (default ``RUN_DIR/learning_curve.png``) and, if the run
     has ``metrics.csv``, ``metrics.png`` beside it; return the learning curve's path."""
@@ -49,9 +60,12 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 1
     if not data["return"]:
         raise UserError(f"{run_dir}/episodes.csv holds no finished episode yet; nothing to plot")
     smooth = rolling_mean(data["return"], window)
+    per_step = frames_per_step(run_dir)
+    if per_step > 1:  # Atari: emulator frames, the unit its literature counts in
+        data["global_step"] = [s * per_step for s in data["global_step"]]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, key, label in (
-        (axes[0], "global_step", "env steps"),
+        (axes[0], "global_step", "emulator frames" if per_step > 1 else "env steps"),
         (axes[1], "wall_seconds", "wall time (s)"),
     ):
         ax.plot(data[key], data["return"], ".", ms=2, alpha=0.3, label="episode")

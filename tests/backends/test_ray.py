@@ -39,7 +39,13 @@ def cluster(tmp_path_factory):
     assert os.environ["RAY_AUTH_MODE"] == "token"
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 1,
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            # a killed node is declared dead in about a second, not Ray's default 15 s
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 2},
+        },
     )
     c.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     c.wait_for_nodes()
@@ -511,6 +517,48 @@ def test_a_sharded_server_trains_on_the_cluster_checkpoints_and_resumes(cluster,
     saved = load_checkpoint(run_dir)["glob"]  # one whole state, put together from the servers
     model = asyncrl.load(run_dir).model
     assert saved.params.size == sum(p.numel() for p in model.parameters())
-    assert np.array_equal(saved.params, torch.cat([p.flatten() for p in model.parameters()]))
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+    assert np.array_equal(saved.params, flat)
     resumed = asyncrl.train(resume=run_dir, steps=60_000)
     assert resumed["resumed"] and resumed["total_steps"] >= 60_000
+
+
+@pytest.mark.slow
+def test_a_short_pong_run_over_ray_checkpoints_and_resumes(cluster, run_dir):
+    # the Atari net (0.68M parameters, 2.7 MB a gradient) through the parameter server
+    pytest.importorskip("ale_py")
+    common = dict(
+        env="PongNoFrameskip-v4",
+        backend="ray",
+        address=cluster.address,
+        workers=2,
+        envs_per_worker=4,
+        progress=False,
+    )
+    summary = asyncrl.train(**common, steps=1_500, run_dir=str(run_dir))
+    assert summary["total_steps"] >= 1_500 and summary["total_frames"] == 4 * summary["total_steps"]
+    assert sum(summary["lags"].values()) > 0  # gradients applied by the server
+    resumed = asyncrl.train(resume=run_dir, steps=3_000)
+    assert resumed["resumed"] and resumed["total_steps"] >= 3_000
+    assert asyncrl.load(run_dir).spec.encoder == "a3c"
+
+
+@pytest.mark.slow
+def test_observation_statistics_on_the_cluster_reach_the_saved_model(cluster, run_dir):
+    summary = asyncrl.train(
+        env="Pendulum-v1",
+        backend="ray",
+        address=cluster.address,
+        workers=2,
+        normalize_obs=True,
+        steps=20_000,
+        target_return=1e9,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    stats = asyncrl.load(run_dir).model.obs_norm.stats
+    # every worker's observations, merged by the server (a few of the last may be in flight)
+    assert 0.9 * summary["total_steps"] <= float(stats[0]) <= summary["total_steps"]
+    mean, var = stats[1:4], stats[4:]
+    # statistics of real observations: cos and sin of the angle lie in [-1, 1]
+    assert (mean[:2].abs() <= 1).all() and (var[:2] > 0).all() and (var[:2] <= 1).all()
