@@ -123,3 +123,24 @@ def test_the_lstm_agent_remembers_what_an_mlp_cannot_see(run_dir, tmp_path):
     assert not mlp["solved"] and mlp["rolling_return"] < 100, mlp
     returns = asyncrl.evaluate(run_dir, episodes=5)  # Policy keeps and resets the state
     assert sum(returns) / len(returns) >= 80, returns  # the MLP: about 40; random: 22
+
+
+@pytest.mark.slow
+def test_a3c_learns_pendulum_with_a_gaussian_policy(run_dir):
+    """Box actions: the control preset (picked from the env) brings Pendulum-v1 to a rolling
+    mean of -200 (random play: about -1,200). One worker on threads is reproducible, so this
+    checks a fixed outcome: seed 1 gets there near 210k steps. Not every seed does within the
+    budget (README: 1 of 3 with one worker), which is why the seed is fixed."""
+    summary = asyncrl.train(
+        env="Pendulum-v1",
+        backend="threads",
+        workers=1,
+        seed=1,
+        steps=600_000,
+        target_return=-200.0,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    assert summary["solved"], summary
+    returns = asyncrl.evaluate(run_dir, episodes=10)  # the Gaussian's mean
+    assert sum(returns) / len(returns) >= -400, returns
