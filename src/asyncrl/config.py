@@ -391,7 +391,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "mujoco": dict(
         envs_per_worker=8,
         t_max=8,
-        lr=1e-3,
+        lr=2e-3,
         gamma=0.99,
         gae_lambda=0.95,
         entropy_coef=0.0,

@@ -390,10 +390,10 @@ def start_ray(cfg: Config) -> None:
         # token comes from RAY_AUTH_TOKEN or ~/.ray/auth_token, as for every Ray client
         ray.init(address=cfg.address, **kwargs)
     else:
-        # Token authentication (Ray >= 2.52, the default for local clusters from 2.59): the
-        # local cluster makes its own token, so nothing else on this machine can join it.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
-        # Local Ray binds to loopback only: nothing of ours listens on another address.
+        # Local Ray binds to loopback only: nothing of ours listens on another address. With
+        # Ray >= 2.59 it also makes a token of its own (token authentication is Ray's default
+        # for local clusters), so nothing else on this machine can join it. (Setting
+        # RAY_AUTH_MODE here would be too late: Ray reads it when it is imported.)
         ray.init(
             num_cpus=os.cpu_count(),
             _node_ip_address="127.0.0.1",
