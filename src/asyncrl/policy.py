@@ -51,7 +51,9 @@ class Policy:
 
         ``deterministic=False`` samples from the policy with ``rng`` (default: a fresh,
         unseeded generator); the Q methods have no stochastic policy of their own and refuse.
-        A single observation gives a single action (an int for Discrete actions).
+        A single observation gives a single action (an int for Discrete actions). Box actions
+        come as the env takes them: clipped to the bounds, or squashed into them by tanh for a
+        policy trained with ``--squash``.
         """
         x = torch.as_tensor(np.asarray(obs, dtype=np.dtype(self.spec.obs_dtype)))
         single = tuple(x.shape) == tuple(self.spec.obs_shape)
