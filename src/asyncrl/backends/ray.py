@@ -241,7 +241,7 @@ class RayStore:
         return self.steps
 
     def retired(self) -> bool:
-        return False  # Ray restarts dead actors itself
+        return False  # a replaced worker is a fresh actor: the old one is killed
 
     def stopping(self) -> bool:
         return self.stop
@@ -408,7 +408,8 @@ def cluster_cpus() -> int:
 
 class RayRun:
     """A run on a Ray cluster: the global state moves to a parameter-server actor (and comes
-    back at the end), workers are actors that Ray restarts when they die."""
+    back at the end), workers are actors, replaced by fresh ones where a CPU is free when
+    they die."""
 
     def __init__(self, cfg: Config, info: EnvInfo, spec: ModelSpec, state: GlobalState):
         self.cfg, self.info, self.state = cfg, info, state
@@ -460,6 +461,7 @@ class RayRun:
         self.actors[wid] = self.worker_cls.remote(wid, self.cfg, self.info, self.names, self.bounds)
         self.calls[self.actors[wid].node.remote()] = (wid, "ping")
         self.pending_since[wid] = time.monotonic()
+        self.noticed.discard(wid)  # a second wait for a CPU is said again
 
     def incarnation(self, wid: int) -> int:
         return self.incarnations[wid]
