@@ -2,15 +2,19 @@
 score.
 
     python benchmarks/atari.py throughput --seeds 3              # Pong, 1 and 2 workers, both nets
+    scripts/loopback python benchmarks/atari.py throughput --workers 2 --nets a3c \
+        --backends processes ray --steps 100000                  # Ray against processes
     python benchmarks/atari.py env --seeds 3                     # the emulators alone, one core
     python benchmarks/atari.py solve --env PongNoFrameskip-v4 --target 18 --seeds 1
     python benchmarks/atari.py solve --env MinAtar/Breakout-v1 --target 3 --seeds 3
 
 ``throughput`` runs whole `asyncrl train` processes with a fixed budget and the stop rule off
 and reports the median (over seeds) of the summary's ``frames_per_second`` (training phase,
-4 frames per agent step) per worker count and network. ``solve`` runs the default settings to
-the target (mean score of the last 100 games) and reports the median whole-process time and
-frames to get there. Extra arguments after ``--`` go to `asyncrl train`.
+4 frames per agent step) per backend, worker count and network, and the steady-state rate
+(from the first game that ends past 20% of the budget to the last: start-up left out).
+``solve`` runs the default settings to the target (mean score of the last 100 games) and
+reports the median whole-process time and frames to get there. Extra arguments after ``--``
+go to `asyncrl train`.
 """
 
 from __future__ import annotations
@@ -22,25 +26,36 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import run_train, solve
+from common import run_train, solve, steady_rate
 
 
 def throughput(args: argparse.Namespace) -> None:
-    cells = [(w, net) for net in args.nets for w in args.workers]
-    fps: dict[tuple[int, str], list[float]] = {c: [] for c in cells}
+    cells = [(b, w, net) for b in args.backends for net in args.nets for w in args.workers]
+    fps: dict[tuple[str, int, str], list[float]] = {c: [] for c in cells}
+    steady: dict[tuple[str, int, str], list[float]] = {c: [] for c in cells}
     with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
         for seed in range(args.seeds):
-            for w, net in cells:  # interleaved: drift in the machine's speed hits all cells
+            for cell in cells:  # interleaved: drift in the machine's speed hits all cells
+                backend, w, net = cell
                 extra = ["--env", args.env, "--workers", str(w), "--net", net]
+                extra += ["--backend", backend]
                 extra += ["--steps", str(args.steps), "--target-return", "1e9", *args.extra]
                 s = run_train(seed, extra, Path(tmp))
-                fps[(w, net)].append(s["frames_per_second"])
-                print(f"seed {seed} x{w} {net}: {fps[(w, net)][-1]:,.0f} frames/s", flush=True)
+                fps[cell].append(s["frames_per_second"])
+                episodes = Path(s["run_dir"]) / "episodes.csv"
+                steady[cell].append(4 * steady_rate(episodes, s["total_steps"]))
+                server = f"; server {s['server']}" if "server" in s else ""
+                print(
+                    f"seed {seed} {backend} x{w} {net}: {fps[cell][-1]:,.0f} frames/s "
+                    f"(whole training phase), {steady[cell][-1]:,.0f} in steady state{server}",
+                    flush=True,
+                )
     print(f"\n{args.env}: training frames/s, median of {args.seeds} seeds")
-    print("| network | workers | frames/s | agent steps/s |\n|---|---|---|---|")
-    for w, net in cells:
-        m = statistics.median(fps[(w, net)])
-        print(f"| {net} | {w} | {m:,.0f} | {m / 4:,.0f} |")
+    print("| backend | network | workers | frames/s | steady-state frames/s | agent steps/s |")
+    print("|---|---|---|---|---|---|")
+    for cell in cells:
+        m, ms = statistics.median(fps[cell]), statistics.median(steady[cell])
+        print(f"| {cell[0]} | {cell[2]} | {cell[1]} | {m:,.0f} | {ms:,.0f} | {m / 4:,.0f} |")
 
 
 def env_only(args: argparse.Namespace) -> None:
@@ -80,6 +95,7 @@ def main() -> None:
     t.add_argument("--steps", type=int, default=40_000, help="agent-step budget of each run")
     t.add_argument("--workers", nargs="+", type=int, default=[1, 2])
     t.add_argument("--nets", nargs="+", default=["a3c", "nature"])
+    t.add_argument("--backends", nargs="+", default=["processes"], help="e.g. processes ray")
     t.add_argument("extra", nargs="*")
     e = sub.add_parser("env")
     e.add_argument("--env", default="PongNoFrameskip-v4")

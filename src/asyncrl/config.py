@@ -49,6 +49,9 @@ class Config:
     """ray: calls left in flight while the worker goes on collecting (0 or 1); 1 hides the
     round trip (about 5% more throughput here) at the cost of one more call's worth
     (--ray-batch rollouts) of staleness"""
+    ray_grad_dtype: Literal["float32", "bfloat16"] = "float32"
+    """ray: the precision gradients travel to the parameter server in; bfloat16 halves the bytes
+    in (8 bits of mantissa, rounded to nearest; the server adds them to float32 parameters)"""
     envs_per_worker: int = 16
     """environments each worker steps together in one batched forward pass (paper: 1)"""
     steps: int = 500_000
@@ -215,6 +218,11 @@ class Config:
             self.ray_pipeline in (0, 1),
             "ray-pipeline",
             f"must be 0 or 1, got {self.ray_pipeline}",
+        )
+        need(
+            self.ray_grad_dtype == "float32" or self.backend == "ray",
+            "ray-grad-dtype",
+            "applies to --backend ray only (other backends share parameters in memory)",
         )
         need(
             self.address is None or self.backend == "ray",

@@ -106,6 +106,9 @@ def test_a3c_on_a_two_node_cluster_reaches_475(cluster, run_dir):
     assert summary["solved"], summary
     assert summary["nodes"] == 2  # one worker actor on each node
     assert sum(summary["lags"].values()) > 0  # staleness recorded for every applied push
+    load = summary["server"]  # --ray-batch 8: eight gradients in for each parameters out
+    assert 0 < load["cpu_share"][0] < 1 and load["mb_in_per_s"] > 4 * load["mb_out_per_s"] > 0
+    assert load["updates"] == sum(summary["lags"].values())  # dropped none
     assert (run_dir / "checkpoint.ckpt").is_file()
 
 
@@ -508,12 +511,16 @@ def test_a_sharded_server_trains_on_the_cluster_checkpoints_and_resumes(cluster,
         address=cluster.address,
         workers=2,
         ray_servers=2,
+        ray_grad_dtype="bfloat16",
         steps=30_000,
         target_return=1e9,
         run_dir=str(run_dir),
         progress=False,
     )
     assert first["total_steps"] >= 30_000 and first["episodes"] > 0
+    load = first["server"]  # both servers' CPU shares; bytes in: half of float32's
+    assert len(load["cpu_share"]) == 2 and all(0 < share < 2 for share in load["cpu_share"])
+    assert load["mb_in_per_s"] > 0 and load["mb_out_per_s"] > 0
     saved = load_checkpoint(run_dir)["glob"]  # one whole state, put together from the servers
     model = asyncrl.load(run_dir).model
     assert saved.params.size == sum(p.numel() for p in model.parameters())
@@ -562,3 +569,65 @@ def test_observation_statistics_on_the_cluster_reach_the_saved_model(cluster, ru
     mean, var = stats[1:4], stats[4:]
     # statistics of real observations: cos and sin of the angle lie in [-1, 1]
     assert (mean[:2].abs() <= 1).all() and (var[:2] > 0).all() and (var[:2] <= 1).all()
+
+
+def test_bfloat16_gradients_apply_the_rounded_updates_at_half_the_bytes(monkeypatch):
+    # --ray-grad-dtype bfloat16 (with one server and sharded over 3) against float32 gradients
+    # rounded to bfloat16 by hand: bit-for-bit the same updates, half the bytes in
+    from asyncrl.envs import probe_env
+    from asyncrl.state import GlobalState
+
+    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", ray_grad_dtype="bfloat16")
+    info = probe_env(cfg.env, "a3c")
+    snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
+    n = snap.params.size
+    bounds = ray_backend.shard_bounds(n, 3)
+    by_hand = ray_backend.ParameterServer(cfg, snap)
+    halved = ray_backend.ParameterServer(cfg, snap)
+    shards = [
+        ray_backend.ParameterServer(cfg, ray_backend.shard_snapshot(snap, a, b, k == 0))
+        for k, (a, b) in enumerate(bounds)
+    ]
+    stores = [
+        ray_backend.RayStore([_Direct(by_hand)], 0, pipeline=0, batch=2),
+        ray_backend.RayStore([_Direct(halved)], 0, pipeline=0, batch=2, bfloat16=True),
+        ray_backend.RayStore(
+            [_Direct(s) for s in shards], 0, pipeline=0, batch=2, bounds=bounds, bfloat16=True
+        ),
+    ]
+    locals_ = [torch.zeros(n) for _ in stores]
+    for store, local in zip(stores, locals_, strict=True):
+        store.pull(local, None)
+    rng = np.random.default_rng(0)
+    for _ in range(7):
+        grad = torch.from_numpy(rng.standard_normal(n).astype(np.float32) * 1e-3)
+        rounded = grad.bfloat16().float()
+        assert not torch.equal(rounded, grad)  # the rounding is real
+        for store, local, g in zip(stores, locals_, [rounded, grad, grad], strict=True):
+            store.push(g, 10, store.version)
+            store.pull(local, None)
+    for store in stores:
+        store.snapshot(None)
+    assert torch.equal(locals_[0], locals_[1]) and torch.equal(locals_[0], locals_[2])
+    assert not np.array_equal(by_hand.snapshot().params, snap.params)
+    full, half = by_hand.statistics(), halved.statistics()
+    assert full["bytes_in"] == 7 * n * 4 and half["bytes_in"] == 7 * n * 2
+    assert sum(s.statistics()["bytes_in"] for s in shards) == 7 * n * 2
+    assert full["bytes_out"] == half["bytes_out"] == 5 * n * 4  # one reply per call, float32
+
+
+def test_the_server_load_line_sums_the_servers_and_shares_each_core():
+    stats = [
+        {"seconds": 10.0, "cpu_seconds": 2.5, "bytes_in": 40e6, "bytes_out": 5e6, "version": 7},
+        {"seconds": 9.0, "cpu_seconds": 0.9, "bytes_in": 40e6, "bytes_out": 5e6, "version": 7},
+    ]
+    load = ray_backend.server_load(stats)
+    assert load == {"cpu_share": [0.25, 0.1], "mb_in_per_s": 8.0, "mb_out_per_s": 1.0, "updates": 7}
+    line = ray_backend.server_line(load)
+    assert "25%, 10% of a core" in line and "8.0 MB/s" in line and "1.0 MB/s" in line
+
+
+def test_bfloat16_gradients_are_a_ray_option_only():
+    with pytest.raises(asyncrl.UserError, match="ray-grad-dtype"):
+        asyncrl.Config(backend="processes", ray_grad_dtype="bfloat16").validate()

@@ -21,6 +21,10 @@ server's work per update divides by K. The first server also holds the counters,
 stream and the observation statistics; every server counts the steps (the lr schedule reads
 them) and its own versions (the staleness bound applies per slice).
 
+``--ray-grad-dtype bfloat16`` sends the gradients as bfloat16 (half the bytes in; numpy has no
+bfloat16, so the bits travel as int16). The summary reports each server's CPU share and the
+megabytes per second in and out (``server``), measured by the servers themselves.
+
 Every pushed gradient carries the parameter version it was computed from; the server records
 the lag (versions behind) and, with ``--max-staleness K``, drops gradients more than K versions
 old and counts them.
@@ -112,19 +116,28 @@ class ParameterServer:
         self.lag_sum, self.lag_count = 0, 0  # since the last drain: the policy lag statistic
         self.dropped = 0
         self.stop = False
+        # The server's load, for the summary: arrays in and out (what crosses the object store)
+        # and the CPU time of this actor's process, Ray's own threads (deserialising, replying)
+        # included, against wall time since it started
+        self.bytes_in, self.bytes_out = 0, 0
+        self.started, self.cpu_started = time.monotonic(), time.process_time()
 
     def pull(self, want_target: bool) -> tuple:
         target = self.state.target_params
         target_np = target.numpy() if (want_target and target is not None) else None
         stats = self.obs_stats()
-        return self.version, self.state.params.numpy(), target_np, self.steps, self.stop, stats
+        params = self.state.params.numpy()
+        self.bytes_out += sum(a.nbytes for a in (params, target_np, stats) if a is not None)
+        return self.version, params, target_np, self.steps, self.stop, stats
 
     def obs_stats(self) -> np.ndarray | None:
         """The observation statistics every worker normalises with (None: not normalised)."""
         stats = self.state.obs_stats
         return None if stats is None else stats.numpy()
 
-    def push(self, grad: np.ndarray | None, version: int, n_steps: int, worker: int) -> int:
+    def push(
+        self, grad: torch.Tensor | np.ndarray | None, version: int, n_steps: int, worker: int
+    ) -> int:
         self.steps += n_steps
         if grad is None:
             self.nonfinite += 1
@@ -135,8 +148,9 @@ class ParameterServer:
         if self.cfg.max_staleness is not None and lag > self.cfg.max_staleness:
             self.dropped += 1
             return self.steps
-        # a copy: Ray hands back read-only arrays
-        self.state.apply_update(self.cfg, torch.tensor(grad), self.steps)
+        if isinstance(grad, np.ndarray):
+            grad = torch.tensor(grad)  # a copy: Ray hands back read-only arrays
+        self.state.apply_update(self.cfg, grad, self.steps)
         self.version += 1
         return self.steps
 
@@ -153,10 +167,12 @@ class ParameterServer:
         contiguous array; ``meta`` holds (finite, version, env steps) per row), each applied as
         an update of its own, the reports of those rollouts (episodes and statistics) and the
         statistics of their observations in; the current parameters (and statistics) out."""
+        self.bytes_in += sum(a.nbytes for a in (grads, obs_stats) if a is not None)
         if obs_stats is not None and self.state.obs_stats is not None:
             merge_obs_stats(self.state.obs_stats, torch.from_numpy(obs_stats))
+        rows = None if grads is None else unpack_grads(grads)
         for row, (finite, version, n_steps) in enumerate(meta):
-            self.push(grads[row] if finite else None, version, n_steps, worker)
+            self.push(rows[row] if finite and rows is not None else None, version, n_steps, worker)
         for finished, stats, step in reports:
             self.episodes += len(finished)
             self.stream.append(Episodes(worker, finished, step, stats))
@@ -185,7 +201,23 @@ class ParameterServer:
         return ray.get_runtime_context().get_node_id()
 
     def statistics(self) -> dict[str, Any]:
-        return {"lags": dict(self.lags), "dropped": self.dropped, "version": self.version}
+        return {
+            "lags": dict(self.lags),
+            "dropped": self.dropped,
+            "version": self.version,
+            "seconds": time.monotonic() - self.started,
+            "cpu_seconds": time.process_time() - self.cpu_started,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }
+
+
+def unpack_grads(grads: np.ndarray) -> torch.Tensor:
+    """A call's rows of gradients as float32 (a copy: Ray hands back read-only arrays); int16
+    rows are the bit patterns of bfloat16 gradients (``--ray-grad-dtype bfloat16``: numpy has
+    no bfloat16, so they travel as int16)."""
+    rows = torch.from_numpy(grads.copy())
+    return rows.view(torch.bfloat16).float() if grads.dtype == np.int16 else rows
 
 
 class RayStore:
@@ -216,8 +248,10 @@ class RayStore:
         batch: int,
         obs_stats: np.ndarray | None = None,
         bounds: list[tuple[int, int]] | None = None,
+        bfloat16: bool = False,
     ):
         self.wid, self.pipeline, self.batch = wid, pipeline, batch
+        self.bfloat16 = bfloat16
         # --ray-servers K: server k holds the slice bounds[k] of the parameters; the first also
         # holds the counters, the episode stream and the observation statistics
         self.servers = servers
@@ -305,10 +339,12 @@ class RayStore:
 
     def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
         if self.grads is None and grad is not None:
-            self.grads = np.empty((self.batch, grad.numel()), np.float32)
+            dtype = np.int16 if self.bfloat16 else np.float32  # int16: bfloat16's bits
+            self.grads = np.empty((self.batch, grad.numel()), dtype)
         if grad is not None and self.grads is not None:
             # a copy: the gradient buffer is overwritten by the next backward
-            self.grads[len(self.pushes)] = grad.numpy()
+            row = torch.from_numpy(self.grads[len(self.pushes)])
+            (row.view(torch.bfloat16) if self.bfloat16 else row).copy_(grad)
         self.pushes.append((grad is not None, version, n_steps))
         self.steps += n_steps
         return self.steps
@@ -364,7 +400,13 @@ class WorkerActor:
         stats: Any = ray.get(self.servers[0].obs_stats.remote())  # an array, or None
         cfg = self.cfg
         store = RayStore(
-            self.servers, self.wid, cfg.ray_pipeline, cfg.ray_batch, stats, self.bounds
+            self.servers,
+            self.wid,
+            cfg.ray_pipeline,
+            cfg.ray_batch,
+            stats,
+            self.bounds,
+            bfloat16=cfg.ray_grad_dtype == "bfloat16",
         )
         try:
             Worker(self.wid, incarnation, self.cfg, self.info, store, None).run()
@@ -446,7 +488,7 @@ class RayRun:
         self.nodes: set[str] = set()  # nodes that ran a worker
         self.workers_lost = 0  # actors that died (their process, or their node)
         self.steps = state.steps()
-        self.stats: dict[str, Any] = {"lags": {}, "dropped": 0}
+        self.stats: list[dict[str, Any]] = []  # each server's statistics(), once finished
 
     def start(self, states: dict[int, dict]) -> None:
         # Workers resume with fresh env state: the checkpoint holds the server's state only.
@@ -578,7 +620,7 @@ class RayRun:
         while self.calls and time.monotonic() < deadline:
             self.receive(0.2)  # the loops' last calls deliver their steps and episodes
         glob = self.checkpoint_state(workers)
-        self.stats = self._server(self.server.statistics.remote())
+        self.stats = self._server([server.statistics.remote() for server in self.servers])
         self._release()
         return glob
 
@@ -594,16 +636,20 @@ class RayRun:
 
     def closing(self) -> tuple[dict[str, Any], list[str]]:
         self._release()  # after a lost server finish() never ran: the workers go too
-        stats = self.stats
+        stats: dict[str, Any] = self.stats[0] if self.stats else {"lags": {}, "dropped": 0}
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        summary = {
+        summary: dict[str, Any] = {
             "lags": stats["lags"],
             "dropped": stats["dropped"],
             "nodes": len(self.nodes),
             "nodes_lost": len(self.nodes - alive),
             "workers_lost": self.workers_lost,
         }
-        return summary, [staleness_line(stats["lags"], stats["dropped"])]
+        lines = [staleness_line(stats["lags"], stats["dropped"])]
+        if self.stats:
+            summary["server"] = server_load(self.stats)
+            lines.append(server_line(summary["server"]))
+        return summary, lines
 
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
@@ -649,6 +695,27 @@ def join_snapshots(parts: list[GlobalSnapshot]) -> GlobalSnapshot:
             for k, v in first.optimizer.items()
         },
         target_params=None if first.target_params is None else join(lambda p: p.target_params),
+    )
+
+
+def server_load(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """The parameter server's load over the run, from each server's ``statistics()``: the share
+    of one core each server's process used (CPU seconds over wall seconds) and the megabytes
+    per second of arrays to and from all of them."""
+    seconds = max(s["seconds"] for s in stats)
+    return {
+        "cpu_share": [round(s["cpu_seconds"] / max(s["seconds"], 1e-9), 4) for s in stats],
+        "mb_in_per_s": round(sum(s["bytes_in"] for s in stats) / 1e6 / max(seconds, 1e-9), 2),
+        "mb_out_per_s": round(sum(s["bytes_out"] for s in stats) / 1e6 / max(seconds, 1e-9), 2),
+        "updates": stats[0]["version"],
+    }
+
+
+def server_line(load: dict[str, Any]) -> str:
+    shares = ", ".join(f"{share:.0%}" for share in load["cpu_share"])
+    return (
+        f"parameter server: {shares} of a core; {load['mb_in_per_s']:,.1f} MB/s of gradients in, "
+        f"{load['mb_out_per_s']:,.1f} MB/s of parameters out (means over the run)"
     )
 
 
