@@ -43,7 +43,8 @@ def throughput(args: argparse.Namespace) -> None:
                 s = run_train(seed, extra, Path(tmp))
                 fps[cell].append(s["frames_per_second"])
                 episodes = Path(s["run_dir"]) / "episodes.csv"
-                steady[cell].append(4 * steady_rate(episodes, s["total_steps"]))
+                per = s["total_frames"] / max(s["total_steps"], 1)  # 4 on Atari, 1 on MinAtar
+                steady[cell].append(per * steady_rate(episodes, s["total_steps"]))
                 server = f"; server {s['server']}" if "server" in s else ""
                 print(
                     f"seed {seed} {backend} x{w} {net}: {fps[cell][-1]:,.0f} frames/s "

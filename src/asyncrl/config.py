@@ -51,7 +51,7 @@ class Config:
     (--ray-batch rollouts) of staleness"""
     ray_grad_dtype: Literal["float32", "bfloat16"] = "float32"
     """ray: the precision gradients travel to the parameter server in; bfloat16 halves the bytes
-    in (8 bits of mantissa, rounded to nearest; the server adds them to float32 parameters)"""
+    in (7 bits of mantissa, rounded to nearest; the server's optimizer works in float32)"""
     envs_per_worker: int = 16
     """environments each worker steps together in one batched forward pass (paper: 1)"""
     steps: int = 500_000

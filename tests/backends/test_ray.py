@@ -518,8 +518,8 @@ def test_a_sharded_server_trains_on_the_cluster_checkpoints_and_resumes(cluster,
         progress=False,
     )
     assert first["total_steps"] >= 30_000 and first["episodes"] > 0
-    load = first["server"]  # both servers' CPU shares; bytes in: half of float32's
-    assert len(load["cpu_share"]) == 2 and all(0 < share < 2 for share in load["cpu_share"])
+    load = first["server"]  # the figures of both servers
+    assert len(load["cpu_share"]) == 2 and all(0 < share < 1 for share in load["cpu_share"])
     assert load["mb_in_per_s"] > 0 and load["mb_out_per_s"] > 0
     saved = load_checkpoint(run_dir)["glob"]  # one whole state, put together from the servers
     model = asyncrl.load(run_dir).model

@@ -6,8 +6,8 @@
       target network, counters
       episode stream, staleness
 
-Parameters and gradients travel as flat contiguous float32 arrays, never as dicts of small
-tensors. A Ray call costs about a millisecond of CPU, so a worker sends the gradients of
+Parameters and gradients travel as flat contiguous float32 arrays (gradients optionally as
+bfloat16), never as dicts of small tensors. A Ray call costs about a millisecond of CPU, so a worker sends the gradients of
 ``--ray-batch`` rollouts in one call, ``push_pull``, and with ``--ray-pipeline 1`` goes on
 collecting while the call is in flight; see :class:`RayStore`. The server is a plain (serial)
 actor: it applies a call's gradients one optimizer step each and answers with the current
@@ -23,7 +23,8 @@ them) and its own versions (the staleness bound applies per slice).
 
 ``--ray-grad-dtype bfloat16`` sends the gradients as bfloat16 (half the bytes in; numpy has no
 bfloat16, so the bits travel as int16). The summary reports each server's CPU share and the
-megabytes per second in and out (``server``), measured by the servers themselves.
+megabytes per second in and out (``server``), measured by the servers themselves (absent if a
+server died before the end).
 
 Every pushed gradient carries the parameter version it was computed from; the server records
 the lag (versions behind) and, with ``--max-staleness K``, drops gradients more than K versions
@@ -620,7 +621,9 @@ class RayRun:
         while self.calls and time.monotonic() < deadline:
             self.receive(0.2)  # the loops' last calls deliver their steps and episodes
         glob = self.checkpoint_state(workers)
-        self.stats = self._server([server.statistics.remote() for server in self.servers])
+        # the final state is in hand: a server lost now costs only the summary's load figures
+        with contextlib.suppress(ServerLost):
+            self.stats = self._server([server.statistics.remote() for server in self.servers])
         self._release()
         return glob
 
