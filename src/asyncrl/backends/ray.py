@@ -8,11 +8,11 @@
 
 Parameters and gradients travel as flat contiguous float32 arrays (gradients optionally as
 bfloat16), never as dicts of small tensors. A Ray call costs about a millisecond of CPU, so a
-worker sends the gradients of ``--ray-batch`` rollouts in one call, ``push_pull``, and with ``--ray-pipeline 1`` goes on
-collecting while the call is in flight; see :class:`RayStore`. The server is a plain (serial)
-actor: it applies a call's gradients one optimizer step each and answers with the current
-parameters, so a call holds up the next for ``ray_batch`` optimizer steps. Workers never wait
-for each other, only for the server.
+worker sends the gradients of ``--ray-batch`` rollouts in one call, ``push_pull``, and with
+``--ray-pipeline 1`` goes on collecting while the call is in flight; see :class:`RayStore`. The
+server is a plain (serial) actor: it applies a call's gradients one optimizer step each and
+answers with the current parameters, so a call holds up the next for ``ray_batch`` optimizer
+steps. Workers never wait for each other, only for the server.
 
 With ``--ray-servers K`` the flat vector is cut into K contiguous slices, each held by a server
 actor of its own with its slice of the optimizer statistics and of theta^-; a worker's call goes
