@@ -67,6 +67,14 @@ def test_train_writes_a_complete_run_directory(run_dir, capsys):
     assert main(["plot", str(run_dir)]) == 0
     for name in ("learning_curve.png", "metrics.png"):
         assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --out into a folder that has a metrics.png of its own: that one is left alone
+    elsewhere = run_dir.parent / "figures"
+    elsewhere.mkdir()
+    (elsewhere / "metrics.png").write_bytes(b"somebody else's")
+    assert main(["plot", str(run_dir), "--out", str(elsewhere / "curve.png")]) == 0
+    assert (elsewhere / "metrics.png").read_bytes() == b"somebody else's"
+    for name in ("curve.png", "curve_metrics.png"):
+        assert (elsewhere / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_metrics_csv_holds_the_learners_diagnostics(run_dir):

@@ -144,14 +144,14 @@ def _eval(ns: argparse.Namespace) -> int:
 
 
 def _plot(ns: argparse.Namespace) -> int:
-    from asyncrl.plot import plot_run
+    from asyncrl.plot import metrics_path, plot_run
 
     if ns.window < 1:
         raise UserError(f"--window: must be >= 1, got {ns.window}")
     path = plot_run(ns.run_dir, ns.out, ns.window)
     print(path)
-    if path.with_name("metrics.png").is_file():
-        print(path.with_name("metrics.png"))
+    if metrics_path(path).is_file():
+        print(metrics_path(path))
     return 0
 
 

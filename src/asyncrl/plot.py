@@ -50,7 +50,8 @@ def frames_per_step(run_dir: str | Path) -> int:
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 100) -> Path:
     """Write the learning curve PNG (default ``RUN_DIR/learning_curve.png``) and, if the run
-    has ``metrics.csv``, ``metrics.png`` beside it; return the learning curve's path."""
+    has ``metrics.csv``, the diagnostics beside it (:func:`metrics_path`); return the learning
+    curve's path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,8 +82,17 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 1
     plt.close(fig)
     metrics = RunDir(Path(run_dir)).metrics
     if metrics.is_file() and metrics.stat().st_size > 0:
-        plot_metrics(metrics, path.with_name("metrics.png"))
+        plot_metrics(metrics, metrics_path(path))
     return path
+
+
+def metrics_path(curve: Path) -> Path:
+    """Where the diagnostics go: ``metrics.png`` beside the default learning curve, and
+    ``NAME_metrics.png`` beside one that ``--out`` names, so that plotting into a shared folder
+    never overwrites somebody else's ``metrics.png``."""
+    if curve.name == "learning_curve.png":
+        return curve.with_name("metrics.png")
+    return curve.with_name(f"{curve.stem}_metrics.png")
 
 
 def plot_metrics(csv_path: Path, out: Path) -> Path:
