@@ -456,25 +456,32 @@ def test_observation_statistics_reach_the_server_and_every_worker(monkeypatch):
     np.testing.assert_allclose(stats[4:], everything.var(0), rtol=1e-4)
 
 
-@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
-def test_sharded_servers_apply_exactly_the_updates_of_one_server(monkeypatch, optimizer):
-    # --ray-servers 3 against one server, on the same sequence of gradients, through RayStore
-    # (which slices each gradient and puts the parameters back together): bit-for-bit equal
+def _three_shards(cfg):
+    """A fresh global state for Pendulum's A3C model, its bounds cut in 3, and 3 shard servers
+    (in this process) holding it."""
     from asyncrl.envs import probe_env
     from asyncrl.state import GlobalState
 
-    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
-    cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", optimizer=optimizer, steps=1000)
     info = probe_env(cfg.env, "a3c")
     snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
-    n = snap.params.size
-    bounds = ray_backend.shard_bounds(n, 3)
-    assert bounds[0][0] == 0 and bounds[-1][1] == n
-    one = ray_backend.ParameterServer(cfg, snap)
+    bounds = ray_backend.shard_bounds(snap.params.size, 3)
     shards = [
         ray_backend.ParameterServer(cfg, ray_backend.shard_snapshot(snap, a, b, k == 0))
         for k, (a, b) in enumerate(bounds)
     ]
+    return snap, bounds, shards
+
+
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_sharded_servers_apply_exactly_the_updates_of_one_server(monkeypatch, optimizer):
+    # --ray-servers 3 against one server, on the same sequence of gradients, through RayStore
+    # (which slices each gradient and puts the parameters back together): bit-for-bit equal
+    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", optimizer=optimizer, steps=1000)
+    snap, bounds, shards = _three_shards(cfg)
+    n = snap.params.size
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    one = ray_backend.ParameterServer(cfg, snap)
     stores = [
         ray_backend.RayStore([_Direct(one)], 0, pipeline=0, batch=2),
         ray_backend.RayStore([_Direct(s) for s in shards], 0, pipeline=0, batch=2, bounds=bounds),
@@ -574,21 +581,12 @@ def test_observation_statistics_on_the_cluster_reach_the_saved_model(cluster, ru
 def test_bfloat16_gradients_apply_the_rounded_updates_at_half_the_bytes(monkeypatch):
     # --ray-grad-dtype bfloat16 (with one server and sharded over 3) against float32 gradients
     # rounded to bfloat16 by hand: bit-for-bit the same updates, half the bytes in
-    from asyncrl.envs import probe_env
-    from asyncrl.state import GlobalState
-
     monkeypatch.setattr(ray_backend, "ray", _FakeRay())
     cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", ray_grad_dtype="bfloat16")
-    info = probe_env(cfg.env, "a3c")
-    snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
+    snap, bounds, shards = _three_shards(cfg)
     n = snap.params.size
-    bounds = ray_backend.shard_bounds(n, 3)
     by_hand = ray_backend.ParameterServer(cfg, snap)
     halved = ray_backend.ParameterServer(cfg, snap)
-    shards = [
-        ray_backend.ParameterServer(cfg, ray_backend.shard_snapshot(snap, a, b, k == 0))
-        for k, (a, b) in enumerate(bounds)
-    ]
     stores = [
         ray_backend.RayStore([_Direct(by_hand)], 0, pipeline=0, batch=2),
         ray_backend.RayStore([_Direct(halved)], 0, pipeline=0, batch=2, bfloat16=True),
