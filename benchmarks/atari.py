@@ -33,6 +33,7 @@ def throughput(args: argparse.Namespace) -> None:
     cells = [(b, w, net) for b in args.backends for net in args.nets for w in args.workers]
     fps: dict[tuple[str, int, str], list[float]] = {c: [] for c in cells}
     steady: dict[tuple[str, int, str], list[float]] = {c: [] for c in cells}
+    per = 4.0  # emulator frames per agent step (1 on MinAtar), read from each run's summary
     with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
         for seed in range(args.seeds):
             for cell in cells:  # interleaved: drift in the machine's speed hits all cells
@@ -43,7 +44,7 @@ def throughput(args: argparse.Namespace) -> None:
                 s = run_train(seed, extra, Path(tmp))
                 fps[cell].append(s["frames_per_second"])
                 episodes = Path(s["run_dir"]) / "episodes.csv"
-                per = s["total_frames"] / max(s["total_steps"], 1)  # 4 on Atari, 1 on MinAtar
+                per = s["total_frames"] / max(s["total_steps"], 1)
                 steady[cell].append(per * steady_rate(episodes, s["total_steps"]))
                 server = f"; server {s['server']}" if "server" in s else ""
                 print(
@@ -56,7 +57,7 @@ def throughput(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|")
     for cell in cells:
         m, ms = statistics.median(fps[cell]), statistics.median(steady[cell])
-        print(f"| {cell[0]} | {cell[2]} | {cell[1]} | {m:,.0f} | {ms:,.0f} | {m / 4:,.0f} |")
+        print(f"| {cell[0]} | {cell[2]} | {cell[1]} | {m:,.0f} | {ms:,.0f} | {m / per:,.0f} |")
 
 
 def env_only(args: argparse.Namespace) -> None:
