@@ -156,6 +156,26 @@ def test_console_script_errors_have_no_traceback_unless_debug(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
+def test_an_env_module_in_the_working_directory_is_found_as_python_m_would(tmp_path):
+    """The ``asyncrl`` command's sys.path lacks the working directory (``python -P`` runs the
+    same way): ``--env module:Id`` still finds a module there."""
+    (tmp_path / "my_envs.py").write_text(
+        "import gymnasium as gym\n"
+        "gym.register('my-envs/Pole-v0', "
+        "entry_point='gymnasium.envs.classic_control:CartPoleEnv')\n"
+    )
+    args = ["-P", "-m", "asyncrl.cli", "train", "--env", "my_envs:my-envs/Pole-v0", *QUICK]
+    r = subprocess.run(
+        [sys.executable, *args, "--run-dir", "run"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
 def test_help_is_generated_from_the_config_docstrings():
     r = asyncrl("train", "--help")
     assert r.returncode == 0

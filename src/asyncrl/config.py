@@ -112,7 +112,8 @@ class Config:
     log-probability takes the change of variables) instead of clipping them (the default, as
     SB3's)"""
     core: Literal["none", "lstm"] = "none"
-    """A3C: an LSTM between the encoder and the heads (the paper's recurrent agent)"""
+    """an LSTM between the encoder and the heads (the paper's recurrent agent): A3C, n-step Q
+    and one-step Q"""
     lstm_size: int | None = None
     """LSTM cells (default: 256 for images, 128 otherwise)"""
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
@@ -272,9 +273,10 @@ class Config:
         self.env_kwargs_dict  # noqa: B018 (raises the UserError for a malformed pair)
         need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
         need(
-            self.core == "none" or self.algo == "a3c",
+            self.core == "none" or self.algo != "onestep-sarsa",
             "core",
-            f"the LSTM core is built for A3C; {self.algo} has none (drop --core lstm)",
+            "one-step Sarsa has no LSTM core (its next action is drawn a step ahead of the "
+            "recurrent state): use a3c, nstep-q or onestep-q, or drop --core lstm",
         )
         need(
             self.lstm_size is None or self.lstm_size >= 1,

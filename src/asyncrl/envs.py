@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import pickle
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -103,6 +105,18 @@ class EnvInfo:
         return self.action.n
 
 
+def _import_env_module(module: str) -> None:
+    """Import an env's module as ``python -m`` would: the ``asyncrl`` command's sys.path lacks
+    the working directory, where a user's own env module usually is, so it is tried last."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError:
+        if os.getcwd() in sys.path:
+            raise
+        sys.path.append(os.getcwd())
+        importlib.import_module(module)
+
+
 def _import_prefix(env_id: str) -> str:
     """``package.module:Env-v0`` imports the module (which registers the env) first, as
     ``gymnasium.make`` does; every worker, on any backend or machine, does the same. Families
@@ -110,9 +124,12 @@ def _import_prefix(env_id: str) -> str:
     module, sep, plain = env_id.rpartition(":")
     if sep:
         try:
-            importlib.import_module(module)
+            _import_env_module(module)
         except ImportError as e:
-            raise UserError(f"--env: cannot import {module!r} for {plain}: {e}") from None
+            raise UserError(
+                f"--env: cannot import {module!r} for {plain}: {e} (run from the directory "
+                "that holds it, or add that directory to PYTHONPATH)"
+            ) from None
     if plain.startswith("MinAtar/"):
         try:
             import minatar.gym

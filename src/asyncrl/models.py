@@ -5,7 +5,7 @@
   64 3x3/1, fc 512) and MinAtar's (conv 16 3x3/1, fc 128; Young & Tian, 2019). Observations
   arrive in the env's dtype; uint8 images are divided by 255 here, inside the network, so the
   rollout buffer stays uint8.
-* core: the identity (the recurrent core of the LSTM agent goes here).
+* core: the identity, or an LSTM (the paper's recurrent agent; both networks take it).
 * heads: the parameters of the action distribution (:mod:`asyncrl.distributions`, chosen from
   the action space) and a value; or Q values.
 
@@ -272,10 +272,8 @@ class ActorCritic(nn.Module):
         self.v_body = self.pi_body if shared else build_encoder(spec)
         self.shared_trunk = shared
         d = self.pi_body.out_dim
-        self.lstm = nn.LSTMCell(d, spec.core_size) if self.recurrent else None
+        self.lstm = make_lstm(d, spec.core_size) if self.recurrent else None
         if self.lstm is not None:
-            for name, p in self.lstm.named_parameters():
-                (nn.init.orthogonal_ if "weight" in name else nn.init.zeros_)(p)
             d = spec.core_size
         self.pi_head = _linear(d, spec.action.dim, 0.01)
         self.v_head = _linear(d, 1, 1.0)
@@ -305,42 +303,36 @@ class ActorCritic(nn.Module):
     def initial_state(self, batch: int) -> torch.Tensor:
         """Zero (h, c) for ``batch`` envs: one ``(batch, 2, core_size)`` tensor."""
         assert self.lstm is not None
-        return torch.zeros(batch, 2, self.lstm.hidden_size)
-
-    def _cell(self, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-        assert self.lstm is not None
-        keep = (~first).to(x.dtype)[:, None, None]
-        state = state * keep  # a new episode starts from zero
-        h, c = self.lstm(x, (state[:, 0], state[:, 1]))
-        return torch.stack([h, c], dim=1)
+        return initial_state(self.lstm, batch)
 
     def step(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of the recurrent policy: distribution parameters and the new state."""
+        assert self.lstm is not None
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        state = self._cell(self.pi_body.forward(obs), state, first)
+        state = lstm_step(self.lstm, self.pi_body.forward(obs), state, first)
         return self._policy(state[:, 0]), state
 
     def unroll(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A rollout's sequence ``(T+1, B, ...)`` recomputed from the state at its start (PFRL's
-        way): the encoder in one batched pass, the LSTM step by step with the state zeroed
-        where ``first`` says, the heads in one pass. Returns parameters ``(T+1, B, ...)`` and
-        values ``(T+1, B)``; gradients reach back to the start of the rollout, not beyond."""
+        """A rollout's sequence ``(T+1, B, ...)`` recomputed from the state at its start
+        (:func:`lstm_unroll`). Returns parameters ``(T+1, B, ...)`` and values ``(T+1, B)``."""
+        assert self.lstm is not None
         T1, B = first.shape
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs.flatten(0, 1)).unflatten(0, (T1, B))
-        x = self.pi_body.forward(obs.flatten(0, 1)).unflatten(0, (T1, B))
-        hs = []
-        for t in range(T1):
-            state = self._cell(x[t], state, first[t])
-            hs.append(state[:, 0])
-        h = torch.stack(hs).flatten(0, 1)
+        h = lstm_unroll(self.lstm, self._features(obs), state, first).flatten(0, 1)
         v = F.linear(h, self.v_head.weight, self.v_head.bias).squeeze(-1)
         return self._policy(h).unflatten(0, (T1, B)), v.unflatten(0, (T1, B))
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The encoder over a whole ``(T+1, B, ...)`` sequence in one batched pass."""
+        T1, B = obs.shape[:2]
+        obs = obs.flatten(0, 1)
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
+        return self.pi_body.forward(obs).unflatten(0, (T1, B))
 
     def _policy(self, h: torch.Tensor) -> torch.Tensor:
         out = F.linear(h, self._pi_w, self._pi_b)
@@ -372,7 +364,7 @@ class ActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """Action values Q(s, .) on an encoder."""
+    """Action values Q(s, .) on an encoder, with the LSTM core between them if asked."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
@@ -382,12 +374,77 @@ class QNetwork(nn.Module):
             else None
         )
         self.body = build_encoder(spec)
-        self.head = _linear(self.body.out_dim, spec.action.n, 1.0)
+        self.recurrent = spec.core == "lstm"
+        self.lstm = make_lstm(self.body.out_dim, spec.core_size) if self.recurrent else None
+        d = spec.core_size if self.recurrent else self.body.out_dim
+        self.head = _linear(d, spec.action.n, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._q(self._encode(obs))
+
+    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        return F.linear(self.body.forward(obs), self.head.weight, self.head.bias)
+        return self.body.forward(obs)
+
+    def _q(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.head.weight, self.head.bias)
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        assert self.lstm is not None
+        return initial_state(self.lstm, batch)
+
+    def step(
+        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q values for one step of a batch of envs, and the new state."""
+        assert self.lstm is not None
+        state = lstm_step(self.lstm, self._encode(obs), state, first)
+        return self._q(state[:, 0]), state
+
+    def unroll(self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        """Q values ``(T+1, B, A)`` of a rollout's sequence recomputed from its start state."""
+        assert self.lstm is not None
+        T1, B = obs.shape[:2]
+        x = self._encode(obs.flatten(0, 1)).unflatten(0, (T1, B))
+        return self._q(lstm_unroll(self.lstm, x, state, first))
+
+
+# ---------------------------------------------------------------------- the LSTM core
+def make_lstm(d_in: int, size: int) -> nn.LSTMCell:
+    lstm = nn.LSTMCell(d_in, size)
+    for name, p in lstm.named_parameters():
+        (nn.init.orthogonal_ if "weight" in name else nn.init.zeros_)(p)
+    return lstm
+
+
+def initial_state(lstm: nn.LSTMCell, batch: int) -> torch.Tensor:
+    """Zero (h, c) for ``batch`` envs: one ``(batch, 2, size)`` tensor."""
+    return torch.zeros(batch, 2, lstm.hidden_size)
+
+
+def lstm_step(
+    lstm: nn.LSTMCell, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+) -> torch.Tensor:
+    """One step of the core; the state of an env whose ``first`` is set restarts from zero
+    (a new episode)."""
+    keep = (~first).to(x.dtype)[:, None, None]
+    state = state * keep
+    h, c = lstm(x, (state[:, 0], state[:, 1]))
+    return torch.stack([h, c], dim=1)
+
+
+def lstm_unroll(
+    lstm: nn.LSTMCell, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+) -> torch.Tensor:
+    """The outputs h ``(T+1, B, size)`` of a rollout's features ``x`` ``(T+1, B, d)`` from the
+    state at its start (PFRL's way): step by step, zeroed where ``first`` says. Gradients reach
+    back to the start of the rollout, not beyond (the stored state has no history)."""
+    hs = []
+    for t in range(x.shape[0]):
+        state = lstm_step(lstm, x[t], state, first[t])
+        hs.append(state[:, 0])
+    return torch.stack(hs)
 
 
 def build_model(spec: ModelSpec) -> nn.Module:

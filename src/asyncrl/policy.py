@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -72,10 +72,7 @@ class Policy:
             dist = self.model.distribution(self.model.policy(x))
             a = dist.sample(rng if rng is not None else np.random.default_rng())
         else:
-            raise UserError(
-                f"{self.algo} learns Q values and acts greedily at evaluation; its exploration "
-                "epsilon is a training schedule, not a policy: evaluate it deterministically"
-            )
+            self._no_stochastic_policy()
         return self._for_env(a, single)
 
     def _for_env(self, a: np.ndarray, single: bool) -> np.ndarray | int:
@@ -91,17 +88,27 @@ class Policy:
     ) -> np.ndarray | int:
         """The recurrent policy keeps one state per env of the batch, from zero after
         :meth:`reset` (or when the batch size changes)."""
-        model: ActorCritic = self.model  # type: ignore[assignment]
+        model = self.model
         n = x.shape[0]
         if self.state is None or self.state.shape[0] != n:
-            self.state = model.initial_state(n)
-        params, self.state = model.step(x, self.state, torch.zeros(n, dtype=torch.bool))
-        dist = model.distribution(params)
+            self.state = model.initial_state(n)  # type: ignore[operator]
+        out, self.state = model.step(x, self.state, torch.zeros(n, dtype=torch.bool))  # type: ignore[operator]
+        if not isinstance(model, ActorCritic):  # Q values
+            if not deterministic:
+                self._no_stochastic_policy()
+            return self._for_env(out.argmax(-1).numpy(), single)
+        dist = model.distribution(out)
         if deterministic:
             a = dist.mode().numpy()
         else:
             a = dist.sample(rng if rng is not None else np.random.default_rng())
         return self._for_env(a, single)
+
+    def _no_stochastic_policy(self) -> NoReturn:
+        raise UserError(
+            f"{self.algo} learns Q values and acts greedily at evaluation; its exploration "
+            "epsilon is a training schedule, not a policy: evaluate it deterministically"
+        )
 
 
 def load(run_dir: str | Path) -> Policy:

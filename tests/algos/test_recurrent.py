@@ -1,11 +1,14 @@
 """The recurrent (LSTM) agent's bookkeeping: where the state restarts, what the unroll
-recomputes, where gradients stop, and what a checkpoint carries."""
+recomputes, where gradients stop, and what a checkpoint carries; for A3C and the Q-learners."""
+
+import copy
 
 import numpy as np
 import pytest
 import torch
 
 from asyncrl.algos.a3c import A3C
+from asyncrl.algos.nstep_q import NStepQ
 from asyncrl.config import Config
 from asyncrl.envs import ActionSpace, EnvInfo
 from asyncrl.models import build_model, flatten_parameters
@@ -14,18 +17,28 @@ from asyncrl.rollout import Rollout
 INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 2))
 
 
-def make(seed=0):
+ALGOS = [A3C, NStepQ]
+
+
+def make(seed=0, cls=A3C):
     torch.manual_seed(seed)
-    cfg = Config(core="lstm", lstm_size=8, hidden=(6,), t_max=4, gamma=0.9)
-    algo = A3C(cfg, INFO)
+    cfg = Config(algo=cls.name, core="lstm", lstm_size=8, hidden=(6,), t_max=4, gamma=0.9)
+    algo = cls(cfg, INFO)
     algo.start_worker(0, np.random.default_rng(0))
     model = build_model(algo.model_spec())
     flatten_parameters(model)
     return algo, model
 
 
-def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts():
-    _, model = make()
+def unrolled(model, obs, state, first):
+    """The per-step outputs of an unroll: distribution parameters (A3C) or Q values."""
+    out = model.unroll(obs, state, first)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize("cls", ALGOS)
+def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts(cls):
+    _, model = make(cls=cls)
     T1, B = 6, 3
     obs = torch.randn(T1, B, 3)
     first = torch.zeros(T1, B, dtype=torch.bool)
@@ -34,20 +47,21 @@ def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts():
     first[5, 2] = True  # env 2: at the last row
     start = torch.randn(B, 2, 8)
     with torch.no_grad():
-        params, values = model.unroll(obs, start, first)
+        params = unrolled(model, obs, start, first)
         state, stepped = start, []
         for t in range(T1):
             p, state = model.step(obs[t], state, first[t])
             stepped.append(p)
     torch.testing.assert_close(params, torch.stack(stepped))
-    assert values.shape == (T1, B)
+    if cls is A3C:
+        assert model.unroll(obs, start, first)[1].shape == (T1, B)  # the values
     # zeroing is exact: env 1 from row 3 on equals a fresh unroll of rows 3.. from any state
     with torch.no_grad():
-        fresh, _ = model.unroll(obs[3:, 1:2], torch.randn(1, 2, 8), first[3:, 1:2])
+        fresh = unrolled(model, obs[3:, 1:2], torch.randn(1, 2, 8), first[3:, 1:2])
     torch.testing.assert_close(params[3:, 1:2], fresh)
     # env 0 never restarts after row 0: its rows 1.. depend on the whole history
     with torch.no_grad():
-        other, _ = model.unroll(obs[1:, 0:1], torch.zeros(1, 2, 8), first[1:, 0:1])
+        other = unrolled(model, obs[1:, 0:1], torch.zeros(1, 2, 8), first[1:, 0:1])
     assert not torch.allclose(params[1:, 0:1], other)
 
 
@@ -118,8 +132,17 @@ def test_the_worker_marks_the_row_after_the_reset_step_as_first():
         assert a[-1, 0] == b[0, 0]
 
 
-def test_no_gradient_crosses_into_the_previous_rollout():
-    algo, model = make()
+def target_copy(model):
+    target = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in target.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # theta^- lags theta
+    return target
+
+
+@pytest.mark.parametrize("cls", ALGOS)
+def test_no_gradient_crosses_into_the_previous_rollout(cls):
+    algo, model = make(cls=cls)
     ro = rollout_with_ends()
     with torch.no_grad():
         for t in range(4):  # acting through a rollout carries the state
@@ -127,20 +150,53 @@ def test_no_gradient_crosses_into_the_previous_rollout():
     algo.begin_rollout(model, 0)
     start = algo.start_state
     assert start is not None and start.grad_fn is None and not start.requires_grad
-    loss, _ = algo.loss(model, ro)
+    loss, _ = algo.loss(model, ro, target_copy(model))
     loss.backward()
     assert start.grad is None  # truncated: the loss cannot reach the stored state's history
 
 
-def test_checkpointed_state_round_trips_and_resumes_the_same_actions():
-    algo, model = make()
+def test_the_recurrent_q_loss_steps_both_networks_from_the_stored_state():
+    """By hand, step by step: Q(s_t, a_t) from the online net and max Q(s_{t+1}; theta^-) from
+    the target net, both carried from the state stored at the rollout's start and zeroed at the
+    new episode's first row; then the paper's n-step targets and the mean square."""
+    algo, model = make(cls=NStepQ)
+    target = target_copy(model)
+    ro = rollout_with_ends()
+    # the episode is truncated at step 1 (it bootstraps from row 2, the old episode's final
+    # observation, reached with the state carried from the rollout's start); step 2 is the
+    # masked reset step, row 3 the new episode's first; step 3 bootstraps from row 4
+    ro.ends[:, 0] = [False, True, False, False]
+    ro.terminated[:] = False
+    ro.actions[:, 0] = [1, 0, 1, 1]
+    algo.state = torch.randn(1, 2, 8)  # a state carried from earlier rollouts
+    algo.begin_rollout(model, 0)
+    loss, _ = algo.loss(model, ro, target)
+    with torch.no_grad():
+        q, tq = [], []
+        s_online = s_target = algo.start_state
+        for t in range(5):
+            x, f = torch.from_numpy(ro.obs[t]), torch.from_numpy(ro.first[t])
+            out, s_online = model.step(x, s_online, f)
+            tout, s_target = target.step(x, s_target, f)
+            q.append(out[0])
+            tq.append(float(tout[0].max()))
+    g = 0.9
+    y = {0: 1.0 + g * 1.0 + g * g * tq[2], 1: 1.0 + g * tq[2], 3: 1.0 + g * tq[4]}
+    # divided by the rollout's full size, t_max x envs = 4
+    expected = sum((y[t] - float(q[t][ro.actions[t, 0]])) ** 2 for t in y) / 4
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("cls", ALGOS)
+def test_checkpointed_state_round_trips_and_resumes_the_same_actions(cls):
+    algo, model = make(cls=cls)
     rng = np.random.default_rng(0)
     obs = torch.randn(3, 1, 3)
     with torch.no_grad():
         algo.act(model, obs[0], 0, rng, np.array([True]))
         saved = algo.worker_state()
         a1 = algo.act(model, obs[1], 0, np.random.default_rng(5), np.array([False]))
-    other, _ = make()
+    other, _ = make(cls=cls)
     other.load_worker_state(saved)
     with torch.no_grad():
         a2 = other.act(model, obs[1], 0, np.random.default_rng(5), np.array([False]))
@@ -148,8 +204,31 @@ def test_checkpointed_state_round_trips_and_resumes_the_same_actions():
     torch.testing.assert_close(other.state, algo.state)
 
 
-def test_the_core_is_refused_for_the_q_methods():
+def test_the_core_is_refused_for_sarsa_and_taken_by_the_q_learners():
     from asyncrl.errors import UserError
 
     with pytest.raises(UserError, match="--core"):
-        Config(algo="nstep-q", core="lstm").validate()
+        Config(algo="onestep-sarsa", core="lstm").validate()
+    for algo in ("nstep-q", "onestep-q"):
+        Config(algo=algo, core="lstm").validate()
+
+
+def test_a_saved_recurrent_q_policy_keeps_its_state_and_acts_greedily():
+    from asyncrl.errors import UserError
+    from asyncrl.policy import Policy
+
+    algo, model = make(cls=NStepQ)
+    policy = Policy(model, "nstep-q", algo.model_spec(), "Test-v0")
+    obs = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32)
+    actions = [policy.act(o) for o in obs]
+    with torch.no_grad():
+        state, expected = model.initial_state(1), []
+        for o in obs:
+            q, state = model.step(torch.from_numpy(o)[None], state, torch.tensor([False]))
+            expected.append(int(q.argmax()))
+    assert actions == expected
+    torch.testing.assert_close(policy.state, state)
+    policy.reset()
+    assert policy.state is None
+    with pytest.raises(UserError, match="greedily"):
+        policy.act(obs[0], deterministic=False)

@@ -44,31 +44,8 @@ class A3C(Algorithm):
     def model_spec(self) -> ModelSpec:
         return model_spec_for(self.cfg, "actor-critic", self.info)
 
-    def __init__(self, cfg, info):
-        super().__init__(cfg, info)
-        self.recurrent = cfg.core == "lstm"
-        self.state: torch.Tensor | None = None  # (B, 2, H): the LSTM's (h, c) per env
-        self.start_state: torch.Tensor | None = None  # the state at the rollout's start
-
-    def worker_state(self) -> dict:
-        if self.state is None:
-            return {}
-        return {"lstm": self.state.numpy().copy()}
-
-    def load_worker_state(self, state: dict) -> None:
-        if "lstm" in state:
-            self.state = torch.from_numpy(state["lstm"])
-
-    def begin_rollout(self, model, global_step):
-        if self.recurrent:
-            self.start_state = self.state  # None until the first step: zeros then
-
     def act(self, model, obs, global_step, rng, first=None):
-        if not self.recurrent:
-            return model.distribution(model.policy(obs)).sample(rng)
-        if self.state is None:
-            self.state = self.start_state = model.initial_state(obs.shape[0])
-        params, self.state = model.step(obs, self.state, torch.from_numpy(first))
+        params = self.recurrent_step(model, obs, first) if self.recurrent else model.policy(obs)
         return model.distribution(params).sample(rng)
 
     @staticmethod

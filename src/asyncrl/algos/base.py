@@ -38,6 +38,11 @@ class Algorithm(ABC):
     def __init__(self, cfg: Config, info: EnvInfo):
         self.cfg = cfg
         self.info = info
+        # --core lstm: one (h, c) per env of this worker, carried from rollout to rollout; the
+        # state at a rollout's start is kept for the loss to recompute the sequence from it
+        self.recurrent = cfg.core == "lstm"
+        self.state: torch.Tensor | None = None  # (B, 2, H)
+        self.start_state: torch.Tensor | None = None
 
     @abstractmethod
     def model_spec(self) -> ModelSpec: ...
@@ -59,13 +64,23 @@ class Algorithm(ABC):
 
     def worker_state(self) -> dict[str, Any]:
         """This worker's algorithm state, for a checkpoint."""
-        return {}
+        return {} if self.state is None else {"lstm": self.state.numpy().copy()}
 
-    def load_worker_state(self, state: dict[str, Any]) -> None:  # noqa: B027
-        pass
+    def load_worker_state(self, state: dict[str, Any]) -> None:
+        if "lstm" in state:
+            self.state = torch.from_numpy(state["lstm"])
 
-    def begin_rollout(self, model: nn.Module, global_step: int) -> None:  # noqa: B027
-        """Called before the first step of a rollout (a recurrent state is stored here)."""
+    def begin_rollout(self, model: nn.Module, global_step: int) -> None:
+        """Called before the first step of a rollout: a recurrent state is stored here."""
+        if self.recurrent:
+            self.start_state = self.state  # None until the first step: zeros then
+
+    def recurrent_step(self, model: Any, obs: torch.Tensor, first: np.ndarray) -> torch.Tensor:
+        """The recurrent model's output for this step, carrying this worker's state."""
+        if self.state is None:
+            self.state = self.start_state = model.initial_state(obs.shape[0])
+        out, self.state = model.step(obs, self.state, torch.from_numpy(first))
+        return out
 
     def end_rollout(  # noqa: B027
         self, model: nn.Module, rollout: Rollout, global_step: int, rng: np.random.Generator

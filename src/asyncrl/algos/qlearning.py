@@ -3,6 +3,9 @@
 * a Q-network, acting epsilon-greedily; each worker anneals epsilon from ``eps_start`` to a
   final value of its own, drawn from {0.1, 0.01, 0.5} with probabilities {0.4, 0.3, 0.3}
   (configurable), so the workers explore differently -- the paper's substitute for replay;
+* with ``--core lstm`` an LSTM between the encoder and the Q head, its state carried and
+  stored as A3C's (:mod:`asyncrl.algos.a3c`); n-step and one-step Q take it (not Sarsa, whose
+  pending next action is chosen a step ahead of the state);
 * a shared target network theta^-, copied from the global parameters once every
   ``target_update`` global steps (:meth:`asyncrl.state.GlobalState.apply_update`);
 * the loss (y_t - Q(s_t, a_t; theta))^2 summed over the valid transitions of the rollout and
@@ -36,9 +39,10 @@ class ValueBased(Algorithm):
         self.last_epsilon = cfg.eps_start
 
     def worker_state(self) -> dict:
-        return {"eps_final": self.eps_final}
+        return {**super().worker_state(), "eps_final": self.eps_final}
 
     def load_worker_state(self, state: dict) -> None:
+        super().load_worker_state(state)
         self.eps_final = state["eps_final"]
 
     def epsilon(self, global_step: int) -> float:
@@ -47,7 +51,8 @@ class ValueBased(Algorithm):
         return cfg.eps_start + frac * (self.eps_final - cfg.eps_start)
 
     def act(self, model, obs, global_step, rng, first=None):
-        actions = model(obs).argmax(-1).numpy()
+        q = self.recurrent_step(model, obs, first) if self.recurrent else model(obs)
+        actions = q.argmax(-1).numpy()
         self.last_epsilon = eps = self.epsilon(global_step)
         explore = rng.random(actions.shape[0]) < eps
         if explore.any():
@@ -70,10 +75,13 @@ class ValueBased(Algorithm):
         assert target_model is not None, "the Q methods bootstrap from the target network"
         T, B = rollout.t_max, rollout.num_envs
         obs = rollout.obs_tensor().unflatten(0, (T + 1, B))
-        q = model(obs[:T].flatten(0, 1)).unflatten(0, (T, B))
+        if self.recurrent:
+            q, target_q = self._recurrent_values(model, target_model, obs, rollout)
+        else:
+            q = model(obs[:T].flatten(0, 1)).unflatten(0, (T, B))
+            with torch.no_grad():  # theta^- never receives gradients
+                target_q = target_model(obs[1:].flatten(0, 1)).unflatten(0, (T, B)).numpy()
         q_sa = q.gather(-1, rollout.actions_tensor().unsqueeze(-1)).squeeze(-1)
-        with torch.no_grad():  # theta^- never receives gradients
-            target_q = target_model(obs[1:].flatten(0, 1)).unflatten(0, (T, B)).numpy()
         targets = nstep_returns(
             rollout.rewards,
             self.bootstrap(target_q, rollout),
@@ -93,3 +101,18 @@ class ValueBased(Algorithm):
             "train/mean_max_q": float(max_q),
             "train/epsilon": self.last_epsilon,
         }
+
+    def _recurrent_values(
+        self, model: nn.Module, target_model: nn.Module, obs: torch.Tensor, rollout: Rollout
+    ) -> tuple[torch.Tensor, np.ndarray]:
+        """Q(s_t, .) for t < T and Q(s_{t+1}, .; theta^-), both unrolled over the rollout from
+        the state stored at its start. The target network starts from the state the online
+        network carried (R2D2's "stored state"; theta^- has no state of its own to carry):
+        with a target copied every few thousand updates the two differ little."""
+        assert self.start_state is not None
+        T = rollout.t_max
+        first = torch.from_numpy(rollout.first)
+        q = model.unroll(obs, self.start_state, first)[:T]  # type: ignore[operator]
+        with torch.no_grad():
+            target_q = target_model.unroll(obs, self.start_state, first)[1:]  # type: ignore[operator]
+        return q, target_q.numpy()
