@@ -4,6 +4,8 @@ import csv
 import json
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -157,23 +159,32 @@ def test_console_script_errors_have_no_traceback_unless_debug(tmp_path):
 
 
 def test_an_env_module_in_the_working_directory_is_found_as_python_m_would(tmp_path):
-    """The ``asyncrl`` command's sys.path lacks the working directory (``python -P`` runs the
-    same way): ``--env module:Id`` still finds a module there."""
+    """The ``asyncrl`` command's sys.path lacks the working directory (unlike ``python -m``):
+    ``--env module:Id`` still finds a module there."""
+    script = Path(sysconfig.get_path("scripts")) / "asyncrl"
+    if not script.exists():
+        pytest.skip(f"no console script at {script} (the package is not installed)")
     (tmp_path / "my_envs.py").write_text(
         "import gymnasium as gym\n"
         "gym.register('my-envs/Pole-v0', "
         "entry_point='gymnasium.envs.classic_control:CartPoleEnv')\n"
     )
-    args = ["-P", "-m", "asyncrl.cli", "train", "--env", "my_envs:my-envs/Pole-v0", *QUICK]
+    args = ["train", "--env", "my_envs:my-envs/Pole-v0", *QUICK, "--run-dir", "run"]
     r = subprocess.run(
-        [sys.executable, *args, "--run-dir", "run"],
+        [str(script), *args], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "run" / "summary.json").is_file()
+    # a module that exists but fails on an import of its own is reported as such, once
+    (tmp_path / "broken_envs.py").write_text("import no_such_dependency\n")
+    r = subprocess.run(
+        [str(script), "train", "--env", "broken_envs:X-v0", "--run-dir", "r2"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         timeout=300,
     )
-    assert r.returncode == 0, r.stderr
-    assert (tmp_path / "run" / "summary.json").is_file()
+    assert r.returncode == 2 and "no_such_dependency" in r.stderr, r.stderr
 
 
 def test_help_is_generated_from_the_config_docstrings():

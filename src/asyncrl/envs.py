@@ -107,13 +107,21 @@ class EnvInfo:
 
 def _import_env_module(module: str) -> None:
     """Import an env's module as ``python -m`` would: the ``asyncrl`` command's sys.path lacks
-    the working directory, where a user's own env module usually is, so it is tried last."""
+    the working directory, where a user's own env module usually is, so it is tried there when
+    the module itself (not one of its imports) is missing."""
     try:
         importlib.import_module(module)
-    except ModuleNotFoundError:
-        if os.getcwd() in sys.path:
+    except ModuleNotFoundError as e:
+        itself = e.name is not None and (module == e.name or module.startswith(e.name + "."))
+        if not itself or os.getcwd() in sys.path:
             raise
-        sys.path.append(os.getcwd())
+        top = module.split(".")[0]
+        if top in sys.modules:  # an installed package of the same name was found first
+            raise ModuleNotFoundError(
+                f"{e}; the installed {top!r} ({getattr(sys.modules[top], '__file__', None)}) "
+                "shadows it: rename your module"
+            ) from None
+        sys.path.insert(0, os.getcwd())
         importlib.import_module(module)
 
 

@@ -346,6 +346,7 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Distribution parameters ``(N, ...)`` and values ``(N,)`` for a batch ``N``."""
+        _feed_forward_only(self)
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
         h = self.core(self.pi_body.forward(obs))
@@ -355,6 +356,7 @@ class ActorCritic(nn.Module):
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution parameters alone (acting skips a separate critic)."""
+        _feed_forward_only(self)
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
         return self._policy(self.core(self._pi_encode(obs)))
@@ -380,6 +382,7 @@ class QNetwork(nn.Module):
         self.head = _linear(d, spec.action.n, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        _feed_forward_only(self)
         return self._q(self._encode(obs))
 
     def _encode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -411,6 +414,13 @@ class QNetwork(nn.Module):
 
 
 # ---------------------------------------------------------------------- the LSTM core
+def _feed_forward_only(model: ActorCritic | QNetwork) -> None:
+    # a recurrent model called without its state would skip the core: wrong shapes for an
+    # MLP, silently wrong outputs for a conv net whose features have the core's size
+    if model.recurrent:
+        raise RuntimeError("a recurrent model acts through step() and learns through unroll()")
+
+
 def make_lstm(d_in: int, size: int) -> nn.LSTMCell:
     lstm = nn.LSTMCell(d_in, size)
     for name, p in lstm.named_parameters():

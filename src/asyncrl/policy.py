@@ -11,7 +11,7 @@ import torch
 
 from asyncrl.algos import REGISTRY
 from asyncrl.errors import UserError
-from asyncrl.models import ActorCritic, ModelSpec, build_model
+from asyncrl.models import ActorCritic, ModelSpec, QNetwork, build_model
 from asyncrl.rundir import RunDir
 
 
@@ -88,14 +88,14 @@ class Policy:
     ) -> np.ndarray | int:
         """The recurrent policy keeps one state per env of the batch, from zero after
         :meth:`reset` (or when the batch size changes)."""
-        model = self.model
+        model: ActorCritic | QNetwork = self.model  # type: ignore[assignment]
+        if isinstance(model, QNetwork) and not deterministic:
+            self._no_stochastic_policy()  # before the state moves on
         n = x.shape[0]
         if self.state is None or self.state.shape[0] != n:
-            self.state = model.initial_state(n)  # type: ignore[operator]
-        out, self.state = model.step(x, self.state, torch.zeros(n, dtype=torch.bool))  # type: ignore[operator]
-        if not isinstance(model, ActorCritic):  # Q values
-            if not deterministic:
-                self._no_stochastic_policy()
+            self.state = model.initial_state(n)
+        out, self.state = model.step(x, self.state, torch.zeros(n, dtype=torch.bool))
+        if isinstance(model, QNetwork):
             return self._for_env(out.argmax(-1).numpy(), single)
         dist = model.distribution(out)
         if deterministic:

@@ -151,8 +151,8 @@ def test_no_gradient_crosses_into_the_previous_rollout(cls):
     start = algo.start_state
     assert start is not None and start.grad_fn is None and not start.requires_grad
     loss, _ = algo.loss(model, ro, target_copy(model))
-    loss.backward()
-    assert start.grad is None  # truncated: the loss cannot reach the stored state's history
+    loss.backward()  # reaches the parameters through the unroll, and stops at the stored state
+    assert model.lstm.weight_hh.grad is not None and model.lstm.weight_hh.grad.abs().sum() > 0
 
 
 def test_the_recurrent_q_loss_steps_both_networks_from_the_stored_state():
@@ -190,18 +190,28 @@ def test_the_recurrent_q_loss_steps_both_networks_from_the_stored_state():
 @pytest.mark.parametrize("cls", ALGOS)
 def test_checkpointed_state_round_trips_and_resumes_the_same_actions(cls):
     algo, model = make(cls=cls)
-    rng = np.random.default_rng(0)
-    obs = torch.randn(3, 1, 3)
+    late, B = 10**9, 16  # late: the Q-learners' epsilon is at the worker's final value
+    if cls is NStepQ:
+        algo.eps_final = 0.0  # greedy: the actions follow the state alone
+    obs = torch.randn(2, B, 3)
     with torch.no_grad():
-        algo.act(model, obs[0], 0, rng, np.array([True]))
+        algo.act(model, obs[0], late, np.random.default_rng(0), np.ones(B, bool))
         saved = algo.worker_state()
-        a1 = algo.act(model, obs[1], 0, np.random.default_rng(5), np.array([False]))
+        a1 = algo.act(model, obs[1], late, np.random.default_rng(5), np.zeros(B, bool))
     other, _ = make(cls=cls)
+    if cls is NStepQ:
+        other.eps_final = 1.0  # the checkpoint's value replaces it
     other.load_worker_state(saved)
     with torch.no_grad():
-        a2 = other.act(model, obs[1], 0, np.random.default_rng(5), np.array([False]))
+        a2 = other.act(model, obs[1], late, np.random.default_rng(5), np.zeros(B, bool))
     np.testing.assert_array_equal(a1, a2)
     torch.testing.assert_close(other.state, algo.state)
+    if cls is NStepQ:
+        fresh, _ = make(cls=cls)  # the same step from a zero state acts otherwise
+        fresh.eps_final = 0.0
+        with torch.no_grad():
+            a0 = fresh.act(model, obs[1], late, np.random.default_rng(5), np.zeros(B, bool))
+        assert not np.array_equal(a0, a1)
 
 
 def test_the_core_is_refused_for_sarsa_and_taken_by_the_q_learners():
@@ -232,3 +242,4 @@ def test_a_saved_recurrent_q_policy_keeps_its_state_and_acts_greedily():
     assert policy.state is None
     with pytest.raises(UserError, match="greedily"):
         policy.act(obs[0], deterministic=False)
+    assert policy.state is None  # refused before the state moved on
