@@ -70,6 +70,9 @@ class Config:
     'zero' = missing terms treated as 0"""
     gae_lambda: float | None = None
     """A3C: use GAE(lambda) advantages instead of n-step advantages (default: off, as the paper)"""
+    normalize_advantage: bool = False
+    """A3C: scale each rollout's advantages to mean 0 and std 1 before the policy gradient
+    (SB3's normalize_advantage; the paper does not)"""
     gamma: float = 0.99
     """discount factor"""
     lr: float = 3e-3

@@ -125,3 +125,21 @@ def test_sample_categorical_follows_the_probabilities():
     probs = np.tile(np.array([[0.1, 0.6, 0.3]], np.float32), (20000, 1))
     counts = np.bincount(sample_categorical(probs, rng), minlength=3) / 20000
     np.testing.assert_allclose(counts, [0.1, 0.6, 0.3], atol=0.015)
+
+
+def test_normalized_advantages_scale_the_policy_gradient_and_leave_the_critic():
+    """V = 0, gamma 0.5, rewards [1, 0, 4]: returns [2, 2, 4] = the advantages; normalised
+    (mean 8/3, std sqrt(8/9)) they are [-1/sqrt 2, -1/sqrt 2, sqrt 2]. With a uniform policy
+    d log pi(a) / d logit_0 = 1[a = 0] - 1/2, so for actions [0, 1, 1] the loss's gradient on
+    logit 0 is -(1/3) sum_t A_t (1[a_t = 0] - 1/2): 1/(3 sqrt 2) normalised, 2/3 without."""
+    ro = rollout([1.0, 0.0, 4.0], actions=[0, 1, 1])
+    grads, stats = [], []
+    for normalize in (True, False):
+        algo, model = make(t_max=3, entropy_coef=0.0, normalize_advantage=normalize)
+        loss, s = algo.loss(model, ro)
+        loss.backward()
+        grads.append(float(model.pi_head.bias.grad[0]))
+        stats.append(s["loss/value_loss"])
+    assert grads[0] == pytest.approx(1 / (3 * math.sqrt(2)), rel=1e-5)
+    assert grads[1] == pytest.approx(2 / 3, rel=1e-5)
+    assert stats[0] == pytest.approx(stats[1]) == pytest.approx((4 + 4 + 16) / 3)

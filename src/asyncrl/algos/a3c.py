@@ -3,7 +3,8 @@
 Per rollout of up to t_max steps (of each of the worker's envs):
 
     R_t   = forward-view n-step return, bootstrapped from V(s_T) (asyncrl.targets)
-    A_t   = R_t - V(s_t)                          (or GAE(lambda) with --gae-lambda)
+    A_t   = R_t - V(s_t)                          (or GAE(lambda) with --gae-lambda; scaled to
+                                                   mean 0, std 1 with --normalize-advantage)
     loss  = -log pi(a_t|s_t) * A_t                 policy gradient, A_t detached
             + value_coef * (R_t - V(s_t))^2        critic
             - entropy_coef * H(pi(.|s_t))          the bonus *rewards* entropy
@@ -28,6 +29,7 @@ and the number of envs per worker.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -94,6 +96,8 @@ class A3C(Algorithm):
 
         mask = torch.from_numpy(rollout.valid).float()
         n = self.loss_denominator(rollout)
+        if cfg.normalize_advantage:
+            adv = normalized(adv, rollout.valid)
         logp_a = dist.log_prob(rollout.actions_tensor())
         policy_loss = -(logp_a * torch.from_numpy(adv) * mask).sum() / n
         value_loss = ((torch.from_numpy(returns) - v).pow(2) * mask).sum() / n
@@ -104,3 +108,12 @@ class A3C(Algorithm):
             "loss/value_loss": float(value_loss.detach()),
             "loss/entropy": float(entropy.detach()),
         }
+
+
+def normalized(adv: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Advantages scaled to mean 0 and std 1 over the rollout's valid transitions (the critic's
+    targets keep the unscaled ones)."""
+    v = adv[valid]
+    if v.size < 2:
+        return adv
+    return ((adv - v.mean()) / (v.std() + 1e-8)).astype(adv.dtype)
