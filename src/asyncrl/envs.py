@@ -116,10 +116,10 @@ def _import_env_module(module: str) -> None:
         if not itself or os.getcwd() in sys.path:
             raise
         top = module.split(".")[0]
-        if top in sys.modules:  # an installed package of the same name was found first
+        if top in sys.modules:  # an installed package of that name was found first
             raise ModuleNotFoundError(
-                f"{e}; the installed {top!r} ({getattr(sys.modules[top], '__file__', None)}) "
-                "shadows it: rename your module"
+                f"{e}; {top!r} is the installed {getattr(sys.modules[top], '__file__', None)} "
+                "(a module of yours of that name in the working directory needs another name)"
             ) from None
         sys.path.insert(0, os.getcwd())
         importlib.import_module(module)
