@@ -248,7 +248,46 @@ def build_encoder(spec: ModelSpec) -> MLPEncoder | ConvEncoder:
     return ConvEncoder(spec.encoder, spec.obs_shape, spec.channels_last)
 
 
-class ActorCritic(nn.Module):
+# ---------------------------------------------------------------------- the LSTM core
+class RecurrentCore:
+    """What both networks do with ``--core lstm``: the encoder (each network's ``_encode``),
+    then the LSTM, carrying a state ``(B, 2, size)`` of (h, c) per env."""
+
+    lstm: nn.LSTMCell | None
+    recurrent: bool
+
+    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _feed_forward_only(self) -> None:
+        # a recurrent model called without its state would skip the core: wrong shapes for an
+        # MLP, silently wrong outputs for a conv net whose features have the core's size
+        if self.recurrent:
+            raise RuntimeError("a recurrent model acts through step() and learns through unroll()")
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """Zero (h, c) for ``batch`` envs: one ``(batch, 2, core_size)`` tensor."""
+        assert self.lstm is not None
+        return torch.zeros(batch, 2, self.lstm.hidden_size)
+
+    def _core_step(
+        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> torch.Tensor:
+        assert self.lstm is not None
+        return lstm_step(self.lstm, self._encode(obs), state, first)
+
+    def _core_unroll(
+        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> torch.Tensor:
+        """The core's outputs h ``(T+1, B, size)``: the encoder over the whole sequence in one
+        batched pass, then :func:`lstm_unroll`."""
+        assert self.lstm is not None
+        T1, B = obs.shape[:2]
+        x = self._encode(obs.flatten(0, 1)).unflatten(0, (T1, B))
+        return lstm_unroll(self.lstm, x, state, first)
+
+
+class ActorCritic(RecurrentCore, nn.Module):
     """Policy (the parameters of a distribution) and state value; one encoder shared by both
     heads (the paper) or one each."""
 
@@ -300,19 +339,11 @@ class ActorCritic(nn.Module):
         return features
 
     # ------------------------------------------------------------------ the recurrent core
-    def initial_state(self, batch: int) -> torch.Tensor:
-        """Zero (h, c) for ``batch`` envs: one ``(batch, 2, core_size)`` tensor."""
-        assert self.lstm is not None
-        return initial_state(self.lstm, batch)
-
     def step(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of the recurrent policy: distribution parameters and the new state."""
-        assert self.lstm is not None
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
-        state = lstm_step(self.lstm, self.pi_body.forward(obs), state, first)
+        state = self._core_step(obs, state, first)
         return self._policy(state[:, 0]), state
 
     def unroll(
@@ -320,19 +351,15 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A rollout's sequence ``(T+1, B, ...)`` recomputed from the state at its start
         (:func:`lstm_unroll`). Returns parameters ``(T+1, B, ...)`` and values ``(T+1, B)``."""
-        assert self.lstm is not None
         T1, B = first.shape
-        h = lstm_unroll(self.lstm, self._features(obs), state, first).flatten(0, 1)
+        h = self._core_unroll(obs, state, first).flatten(0, 1)
         v = F.linear(h, self.v_head.weight, self.v_head.bias).squeeze(-1)
         return self._policy(h).unflatten(0, (T1, B)), v.unflatten(0, (T1, B))
 
-    def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        """The encoder over a whole ``(T+1, B, ...)`` sequence in one batched pass."""
-        T1, B = obs.shape[:2]
-        obs = obs.flatten(0, 1)
+    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        return self.pi_body.forward(obs).unflatten(0, (T1, B))
+        return self.pi_body.forward(obs)
 
     def _policy(self, h: torch.Tensor) -> torch.Tensor:
         out = F.linear(h, self._pi_w, self._pi_b)
@@ -346,7 +373,7 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Distribution parameters ``(N, ...)`` and values ``(N,)`` for a batch ``N``."""
-        _feed_forward_only(self)
+        self._feed_forward_only()
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
         h = self.core(self.pi_body.forward(obs))
@@ -356,7 +383,7 @@ class ActorCritic(nn.Module):
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution parameters alone (acting skips a separate critic)."""
-        _feed_forward_only(self)
+        self._feed_forward_only()
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
         return self._policy(self.core(self._pi_encode(obs)))
@@ -365,7 +392,7 @@ class ActorCritic(nn.Module):
         return distribution_for(self.action, params)
 
 
-class QNetwork(nn.Module):
+class QNetwork(RecurrentCore, nn.Module):
     """Action values Q(s, .) on an encoder, with the LSTM core between them if asked."""
 
     def __init__(self, spec: ModelSpec):
@@ -382,7 +409,7 @@ class QNetwork(nn.Module):
         self.head = _linear(d, spec.action.n, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        _feed_forward_only(self)
+        self._feed_forward_only()
         return self._q(self._encode(obs))
 
     def _encode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -393,44 +420,24 @@ class QNetwork(nn.Module):
     def _q(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(h, self.head.weight, self.head.bias)
 
-    def initial_state(self, batch: int) -> torch.Tensor:
-        assert self.lstm is not None
-        return initial_state(self.lstm, batch)
-
     def step(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Q values for one step of a batch of envs, and the new state."""
-        assert self.lstm is not None
-        state = lstm_step(self.lstm, self._encode(obs), state, first)
+        state = self._core_step(obs, state, first)
         return self._q(state[:, 0]), state
 
     def unroll(self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
         """Q values ``(T+1, B, A)`` of a rollout's sequence recomputed from its start state."""
-        assert self.lstm is not None
-        T1, B = obs.shape[:2]
-        x = self._encode(obs.flatten(0, 1)).unflatten(0, (T1, B))
-        return self._q(lstm_unroll(self.lstm, x, state, first))
+        return self._q(self._core_unroll(obs, state, first))
 
 
-# ---------------------------------------------------------------------- the LSTM core
-def _feed_forward_only(model: ActorCritic | QNetwork) -> None:
-    # a recurrent model called without its state would skip the core: wrong shapes for an
-    # MLP, silently wrong outputs for a conv net whose features have the core's size
-    if model.recurrent:
-        raise RuntimeError("a recurrent model acts through step() and learns through unroll()")
-
-
+# ---------------------------------------------------------------------- the LSTM cell
 def make_lstm(d_in: int, size: int) -> nn.LSTMCell:
     lstm = nn.LSTMCell(d_in, size)
     for name, p in lstm.named_parameters():
         (nn.init.orthogonal_ if "weight" in name else nn.init.zeros_)(p)
     return lstm
-
-
-def initial_state(lstm: nn.LSTMCell, batch: int) -> torch.Tensor:
-    """Zero (h, c) for ``batch`` envs: one ``(batch, 2, size)`` tensor."""
-    return torch.zeros(batch, 2, lstm.hidden_size)
 
 
 def lstm_step(
