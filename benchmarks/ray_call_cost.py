@@ -22,7 +22,8 @@ import numpy as np
 
 import asyncrl
 from asyncrl.algos import make_algorithm
-from asyncrl.backends.ray import ParameterServer, start_ray
+from asyncrl.backends.cluster import start_ray
+from asyncrl.backends.ray import ParameterServer
 from asyncrl.envs import probe_env
 from asyncrl.state import GlobalState
 

@@ -30,7 +30,8 @@ import numpy as np
 
 import asyncrl
 from asyncrl.algos import make_algorithm
-from asyncrl.backends.ray import ParameterServer, shard_bounds, shard_snapshot, start_ray
+from asyncrl.backends.cluster import start_ray
+from asyncrl.backends.ray import ParameterServer, shard_bounds, shard_snapshot
 from asyncrl.envs import probe_env
 from asyncrl.state import GlobalState
 

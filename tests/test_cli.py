@@ -205,6 +205,18 @@ def test_load_and_evaluate_do_not_import_the_trainer(run_dir):
     assert r.returncode == 0, r.stderr
 
 
+def test_the_config_and_the_parser_do_not_import_pytorch():
+    """What lets ``train --backend ray`` start Ray while PyTorch is imported: nothing before
+    the trainer needs it (the package's Policy and train still resolve, on first use)."""
+    code = (
+        "import sys, asyncrl, asyncrl.cli; asyncrl.cli.build_parser(); asyncrl.preset(None); "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert asyncrl.Policy.__name__ == 'Policy' and callable(asyncrl.train)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
 def test_policy_act_tells_one_observation_from_a_batch_by_shape(run_dir):
     import numpy as np
 

@@ -8,23 +8,29 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from asyncrl.config import Config, preset
 from asyncrl.errors import UserError
-from asyncrl.policy import Policy, evaluate, load
 
 if TYPE_CHECKING:
+    from asyncrl.policy import Policy, evaluate, load
     from asyncrl.trainer import train
+
+# Imported on first use: the config and the CLI's parsing never pay for PyTorch (which lets
+# the CLI start Ray while PyTorch is imported), loading a policy never pays for the trainer.
+_LAZY = {
+    "train": "asyncrl.trainer",
+    "Policy": "asyncrl.policy",
+    "evaluate": "asyncrl.policy",
+    "load": "asyncrl.policy",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # ``asyncrl.train`` imports the trainer (supervisor, backends) on first use only: loading
-    # and evaluating a policy never pays for it.
-    if name == "train":
-        from asyncrl.trainer import train
-
-        return train
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'asyncrl' has no attribute {name!r}")
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import importlib
 import sys
+import threading
 import types
 import typing
 from typing import Any, NoReturn
@@ -104,15 +107,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(ns: argparse.Namespace) -> int:
-    from asyncrl.trainer import train
-
     fields = {f.name for f in dataclasses.fields(Config)}
     # nargs="+" options arrive as lists; the config holds tuples
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if k in fields}
-    if ns.resume is not None:
-        s = train(resume=ns.resume, **given)
-    else:
-        s = train(preset(ns.preset, **given))
+    cfg = None if ns.resume is not None else preset(ns.preset, **given)
+    if cfg is not None and cfg.backend == "ray":
+        from asyncrl.envs import probe_env
+
+        # a bad config or env id is refused before Ray starts (and prints lines of its own)
+        probe_env(cfg.validate().env, cfg.algo, cfg.env_kwargs_dict)
+        _start_ray_while_importing(cfg)
+    from asyncrl.trainer import train
+
+    try:
+        s = train(resume=ns.resume, **given) if cfg is None else train(cfg)
+    finally:
+        if "asyncrl.backends.cluster" in sys.modules:
+            from asyncrl.backends.cluster import stop_ray
+
+            stop_ray()
     if s["solved"]:
         print(
             f"solved: mean return {s['rolling_return']:.1f} >= {s['target_return']:g} after "
@@ -126,6 +139,25 @@ def _train(ns: argparse.Namespace) -> int:
         f"({s['steps_per_second']:,.0f} steps/s); run directory: {s['run_dir']}"
     )
     return 0
+
+
+def _start_ray_while_importing(cfg: Config) -> None:
+    """Start Ray while PyTorch and the trainer are imported: ``ray.init`` spends most of its
+    seconds waiting for Ray's own processes to come up, time in which a thread imports what the
+    run needs next. (Nothing has imported PyTorch yet: the config and the parser do not.)"""
+    from asyncrl.backends.cluster import start_ray
+
+    def load() -> None:
+        # an import that fails here fails again, with its one-line error, in the main thread
+        with contextlib.suppress(Exception):
+            importlib.import_module("asyncrl.trainer")
+
+    importer = threading.Thread(target=load, name="asyncrl-import", daemon=True)
+    importer.start()
+    try:
+        start_ray(cfg)
+    finally:  # never leave a thread in the middle of an import behind
+        importer.join()
 
 
 def _eval(ns: argparse.Namespace) -> int:

@@ -160,6 +160,11 @@ def is_mujoco(spec: gym.envs.registration.EnvSpec) -> bool:
     return str(spec.entry_point).startswith("gymnasium.envs.mujoco")
 
 
+def is_box2d(spec: gym.envs.registration.EnvSpec) -> bool:
+    """Gymnasium's Box2D tasks (LunarLander, BipedalWalker, CarRacing)."""
+    return str(spec.entry_point).startswith("gymnasium.envs.box2d")
+
+
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     plain = _import_prefix(env_id)
     # ale-py registers its games only when imported (Gymnasium 1.x): ids not registered yet are

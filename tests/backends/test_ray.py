@@ -396,6 +396,26 @@ def test_a_worker_waits_for_a_cpu_without_holding_up_the_run_and_a_joining_node_
         cluster.remove_node(joined)
 
 
+def test_the_cli_starts_a_local_cluster_trains_and_ends_it(cluster, tmp_path):
+    """``asyncrl train --backend ray`` without ``--address``: Ray starts (while PyTorch is
+    imported), the run trains, and the command ends the cluster it started."""
+    run = tmp_path / "run"
+    args = ["train", "--backend", "ray", "--workers", "1", "--steps", "4000", "--run-dir", str(run)]
+    r = subprocess.run(
+        [sys.executable, "-m", "asyncrl.cli", *args, "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    assert r.returncode == 0, r.stderr
+    import json
+
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["total_steps"] >= 4000 and summary["nodes"] == 1
+    assert "not solved: step budget spent" in r.stdout
+
+
 def test_the_cluster_refuses_a_client_without_its_token(cluster):
     env = {**os.environ, "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # a wrong secret
     code = f"import ray; ray.init(address={cluster.address!r}); print('connected')"

@@ -62,7 +62,7 @@ def worker_count(cfg: Config) -> int:
     """How many workers the run has: ``--workers``, or one per core (per CPU of the Ray
     cluster, which this starts or joins)."""
     if cfg.backend == "ray":
-        from asyncrl.backends.ray import cluster_cpus, start_ray
+        from asyncrl.backends.cluster import cluster_cpus, start_ray
 
         start_ray(cfg)
         return cfg.workers or cluster_cpus()

@@ -86,17 +86,6 @@ PLACEMENT_NOTICE_S = 10.0
 STOP_GRACE_S = 30.0
 
 
-def require_ray() -> Any:
-    if ray is None:
-        from asyncrl.errors import UserError
-
-        raise UserError(
-            "--backend ray: Ray is not installed; install the extra: "
-            "pip install -c constraints.txt -e '.[ray]'"
-        )
-    return ray
-
-
 class ParameterServer:
     """Global parameters, shared optimizer, counters and the episode stream (one Ray actor)."""
 
@@ -418,37 +407,6 @@ class WorkerActor:
         return self.node()
 
 
-def start_ray(cfg: Config) -> None:
-    """Join ``--address`` or start Ray in-process on loopback."""
-    require_ray()
-    if ray.is_initialized():
-        return
-    kwargs: dict[str, Any] = {
-        "include_dashboard": False,
-        "logging_level": "WARNING",
-        "log_to_driver": True,
-    }
-    if cfg.address:
-        # the cluster's own setting: with token authentication (README: a secured cluster) the
-        # token comes from RAY_AUTH_TOKEN or ~/.ray/auth_token, as for every Ray client
-        ray.init(address=cfg.address, **kwargs)
-    else:
-        # Local Ray binds to loopback only: nothing of ours listens on another address. With
-        # Ray >= 2.59 it also makes a token of its own (token authentication is Ray's default
-        # for local clusters), so nothing else on this machine can join it. (Setting
-        # RAY_AUTH_MODE here would be too late: Ray reads it when it is imported.)
-        ray.init(
-            num_cpus=os.cpu_count(),
-            _node_ip_address="127.0.0.1",
-            _system_config={"max_direct_call_object_size": 1 << 20},
-            **kwargs,
-        )
-
-
-def cluster_cpus() -> int:
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
-
-
 class RayRun:
     """A run on a Ray cluster: the global state moves to a parameter-server actor (and comes
     back at the end), workers are actors, replaced by fresh ones where a CPU is free when
@@ -734,4 +692,4 @@ def staleness_line(lags: dict[int, int], dropped: int) -> str:
     )
 
 
-__all__ = ["RayRun", "cluster_cpus", "start_ray"]
+__all__ = ["RayRun"]

@@ -1,0 +1,67 @@
+"""Starting, joining and ending the Ray cluster of a ``--backend ray`` run. Neither PyTorch nor
+the rest of the backend is imported here: the CLI starts Ray while PyTorch is imported."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from asyncrl.config import Config
+from asyncrl.errors import UserError
+
+try:
+    import ray
+except ImportError:  # pragma: no cover - the extra is not installed
+    ray = None  # type: ignore[assignment]
+
+
+def require_ray() -> Any:
+    if ray is None:
+        raise UserError(
+            "--backend ray: Ray is not installed; install the extra: "
+            "pip install -c constraints.txt -e '.[ray]'"
+        )
+    return ray
+
+
+def start_ray(cfg: Config) -> None:
+    """Join ``--address`` or start Ray in-process on loopback."""
+    require_ray()
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": "WARNING",
+        "log_to_driver": True,
+    }
+    if cfg.address:
+        # the cluster's own setting: with token authentication (README: a secured cluster) the
+        # token comes from RAY_AUTH_TOKEN or ~/.ray/auth_token, as for every Ray client
+        ray.init(address=cfg.address, **kwargs)
+    else:
+        # Local Ray binds to loopback only: nothing of ours listens on another address. With
+        # Ray >= 2.59 it also makes a token of its own (token authentication is Ray's default
+        # for local clusters), so nothing else on this machine can join it. (Setting
+        # RAY_AUTH_MODE here would be too late: Ray reads it when it is imported.)
+        ray.init(
+            num_cpus=os.cpu_count(),
+            _node_ip_address="127.0.0.1",
+            _system_config={"max_direct_call_object_size": 1 << 20},
+            **kwargs,
+        )
+
+
+def stop_ray() -> None:
+    """End the local cluster :func:`start_ray` started (from a joined cluster, which keeps
+    running, this process only disconnects). The CLI calls it on its way out: Ray's own exit
+    hook does the same after a half-second pause for log lines that a finished run no longer
+    sends."""
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+def cluster_cpus() -> int:
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+__all__ = ["cluster_cpus", "require_ray", "start_ray", "stop_ray"]
