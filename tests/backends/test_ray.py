@@ -97,8 +97,8 @@ def test_a3c_on_a_two_node_cluster_reaches_475(cluster, run_dir):
         address=cluster.address,
         workers=2,
         seed=0,
-        # generous: Ray's timing is not reproducible, and one CI run with --ray-pipeline 1
-        # (twice the staleness) collapsed from 212 and was still at 152 after 1M steps
+        # generous: Ray's timing is not reproducible, and one CI run with --ray-pipeline 1 (the
+        # default now; twice the staleness of 0) collapsed from 212 and was at 152 after 1M steps
         steps=2_000_000,
         run_dir=str(run_dir),
         progress=False,
