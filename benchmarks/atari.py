@@ -5,6 +5,7 @@ score.
     scripts/loopback python benchmarks/atari.py throughput --workers 2 --nets a3c \
         --backends processes ray --steps 100000                  # Ray against processes
     python benchmarks/atari.py env --seeds 3                     # the emulators alone, one core
+    python benchmarks/atari.py ceiling --seeds 3                 # what 2 cores could do at most
     python benchmarks/atari.py solve --env PongNoFrameskip-v4 --target 18 --seeds 1
     python benchmarks/atari.py solve --env MinAtar/Breakout-v1 --target 3 --seeds 3
 
@@ -12,9 +13,12 @@ score.
 and reports the median (over seeds) of the summary's ``frames_per_second`` (training phase,
 4 frames per agent step) per backend, worker count and network, and the steady-state rate
 (from the first game that ends past 20% of the budget to the last: start-up left out).
-``solve`` runs the default settings to the target (mean score of the last 100 games) and
-reports the median whole-process time and frames to get there. Extra arguments after ``--``
-go to `asyncrl train`.
+``ceiling`` times, on one core, the pieces of a worker's step at the preset's sizes (the env
+alone, the act forward, the loss forward and backward), counts the network's floating-point work
+per agent step, and gives the frames/s two cores would reach if they did nothing else: the
+bound the throughput target has to fit under. ``solve`` runs the default settings to the target
+(mean score of the last 100 games) and reports the median whole-process time and frames to get
+there. Extra arguments after ``--`` go to `asyncrl train`.
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ import shlex
 import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import torch
 from common import run_train, solve, steady_rate
 
 
@@ -63,8 +71,6 @@ def throughput(args: argparse.Namespace) -> None:
 def env_only(args: argparse.Namespace) -> None:
     """The emulators alone: ale-py's vector env with the preprocessing, random actions, one
     core (the ceiling of a worker's frames/s)."""
-    import time
-
     import numpy as np
 
     from asyncrl.atari import make_atari_vec_env
@@ -88,6 +94,122 @@ def env_only(args: argparse.Namespace) -> None:
     )
 
 
+def network_flops(model: torch.nn.Module, obs: torch.Tensor) -> tuple[float, float]:
+    """Multiply-adds per sample of a forward pass, and of a backward pass (weight gradients
+    everywhere, input gradients for all but the first layer: the pixels need none). The heads
+    (called functionally, a few thousand multiply-adds) are left out."""
+    macs: list[float] = []
+
+    def hook(m: torch.nn.Module, inp: tuple, out: torch.Tensor) -> None:
+        w = m.weight  # type: ignore[union-attr]
+        macs.append(out[0].numel() * w[0].numel())  # per sample: outputs x fan-in
+
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
+    handles = [m.register_forward_hook(hook) for m in layers]
+    with torch.no_grad():
+        model(obs[:1])
+    for h in handles:
+        h.remove()
+    fwd = sum(macs)
+    return fwd, fwd + fwd - macs[0]
+
+
+def ceiling(args: argparse.Namespace) -> None:
+    """Each piece of a worker's step alone on one core, at the preset's sizes; the bound on
+    two cores' frames/s that follows."""
+    from asyncrl.algos import make_algorithm
+    from asyncrl.config import preset
+    from asyncrl.envs import probe_env
+    from asyncrl.models import build_model
+
+    torch.set_num_threads(1)
+    cfg = preset(None, env=args.env).validate()
+    T, B = cfg.t_max, cfg.envs_per_worker
+    info = probe_env(cfg.env, cfg.algo)
+    algo = make_algorithm(cfg, info)
+    model = build_model(algo.model_spec())
+    rows: dict[str, list[float]] = {"env": [], "act": [], "learn": [], "peak": []}
+    for seed in range(args.seeds):
+        for k, v in time_pieces(args, algo, model, info, T, B, seed).items():
+            rows[k].append(v)
+    m = {k: statistics.median(v) for k, v in rows.items()}
+    fwd, bwd = network_flops(model, torch.zeros((1, *info.obs_shape), dtype=torch.uint8))
+    # per agent step: the act forward, then the loss forward and backward over its T rows,
+    # and a forward of the bootstrap row (one per T steps)
+    flops = 2 * (fwd + fwd + bwd + fwd / T)
+    net = m["act"] + m["learn"]
+
+    def fps(per_step: float) -> float:
+        return args.cores * 4 / per_step
+
+    print(f"\n{args.env}, the preset's {B} envs x t_max {T}, one core, median of {args.seeds}:")
+    print("| piece | us per agent step |\n|---|---|")
+    print(f"| env step ({B} games) | {m['env'] * 1e6:,.0f} |")
+    print(f"| act: forward + sample (batch {B}) | {m['act'] * 1e6:,.0f} |")
+    print(f"| learn: loss forward + backward (batch {T * B}) | {m['learn'] * 1e6:,.0f} |")
+    print(
+        f"network: {flops / 1e6:.1f} MFLOP per agent step, {flops / net / 1e9:.0f} GFLOP/s "
+        f"achieved; a 1024x1024 matmul runs at {m['peak'] / 1e9:.0f} GFLOP/s on this core"
+    )
+    print(
+        f"{args.cores} cores doing nothing else: {fps(m['env'] + net):,.0f} frames/s; with the "
+        f"network at the matmul's rate: {fps(m['env'] + flops / m['peak']):,.0f}; the env "
+        f"alone: {fps(m['env']):,.0f}"
+    )
+
+
+def time_pieces(
+    args: argparse.Namespace,
+    algo: Any,
+    model: torch.nn.Module,
+    info: Any,
+    T: int,
+    B: int,
+    seed: int,
+) -> dict[str, float]:
+    """Seconds per agent step of the env, the act forward and the learning pass; the matmul's
+    FLOP/s."""
+    import numpy as np
+
+    from asyncrl.atari import make_atari_vec_env
+    from asyncrl.rollout import Rollout
+
+    rng = np.random.default_rng(seed)
+    env = make_atari_vec_env(args.env, B, seed)
+    obs, _ = env.reset(seed=seed)
+    n = env.single_action_space.n
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        obs, *_ = env.step(rng.integers(n, size=B))
+    env_s = (time.perf_counter() - t0) / (args.steps * B)
+    env.close()
+    x = torch.from_numpy(obs)
+    with torch.no_grad():
+        act_s = timeit(lambda: algo.act(model, x, 0, rng), args.steps) / B
+    ro = Rollout.for_env(T, B, info)
+    ro.obs[:] = rng.integers(0, 256, ro.obs.shape, dtype=np.uint8)
+    ro.actions[:] = rng.integers(n, size=ro.actions.shape)
+    ro.valid[:] = True
+
+    def learn() -> None:
+        model.zero_grad(set_to_none=True)
+        algo.loss(model, ro)[0].backward()
+
+    learn_s = timeit(learn, max(args.steps // T, 20)) / (T * B)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    peak = 2 * 1024**3 / timeit(lambda: a @ b, 20)
+    return {"env": env_s, "act": act_s, "learn": learn_s, "peak": peak}
+
+
+def timeit(fn: Callable[[], object], n: int) -> float:
+    for _ in range(3):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
@@ -104,13 +226,19 @@ def main() -> None:
     e.add_argument("--envs", type=int, default=16)
     e.add_argument("--steps", type=int, default=1000)
     e.add_argument("--seeds", type=int, default=3)
+    c = sub.add_parser("ceiling")
+    c.add_argument("--env", default="PongNoFrameskip-v4")
+    c.add_argument("--steps", type=int, default=300, help="env steps and forward passes timed")
+    c.add_argument("--seeds", type=int, default=3)
+    c.add_argument("--cores", type=int, default=2)
     s = sub.add_parser("solve")
     s.add_argument("--env", default="PongNoFrameskip-v4")
     s.add_argument("--target", type=float, default=18.0)
     s.add_argument("--seeds", type=int, default=1)
     s.add_argument("extra", nargs="*")
     args = p.parse_args()
-    {"throughput": throughput, "env": env_only, "solve": solve}[args.mode](args)
+    modes = {"throughput": throughput, "env": env_only, "ceiling": ceiling, "solve": solve}
+    modes[args.mode](args)
     print(f"reproduce: python benchmarks/atari.py {shlex.join(sys.argv[1:])}")
 
 

@@ -42,6 +42,15 @@ def test_shared_or_separate_trunk(shared):
     assert (policy_trunk_grad is not None) == shared
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_value_alone_is_the_forward_pass_value(shared):
+    # A3C's loss takes the bootstrap row's value from value() and the rest from forward()
+    spec = mlp_spec("actor-critic", 4, 3, hidden=(16, 16), shared_trunk=shared)
+    model = ActorCritic(spec)
+    obs = torch.randn(5, 4)
+    torch.testing.assert_close(model.value(obs), model(obs)[1])
+
+
 def test_q_network_and_build():
     spec = mlp_spec("q", 4, 2)
     assert isinstance(build_model(spec), QNetwork)

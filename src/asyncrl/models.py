@@ -298,7 +298,6 @@ class ActorCritic(RecurrentCore, nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.action = spec.action
-        self.shared_trunk = spec.shared_trunk
         self.obs_norm = (
             ObsNormalizer(int(np.prod(spec.obs_shape)), spec.obs_clip)
             if (spec.obs_clip > 0)
@@ -332,11 +331,6 @@ class ActorCritic(RecurrentCore, nn.Module):
         object.__setattr__(self, "_pi_encode", self.pi_body.forward)
         object.__setattr__(self, "_pi_w", self.pi_head.weight)
         object.__setattr__(self, "_pi_b", self.pi_head.bias)
-
-    def core(self, features: torch.Tensor) -> torch.Tensor:
-        """The identity for the feed-forward agent (the LSTM runs in :meth:`step` and
-        :meth:`unroll`, which carry its state)."""
-        return features
 
     # ------------------------------------------------------------------ the recurrent core
     def step(
@@ -376,17 +370,25 @@ class ActorCritic(RecurrentCore, nn.Module):
         self._feed_forward_only()
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        h = self.core(self.pi_body.forward(obs))
-        hv = h if self.shared_trunk else self.core(self.v_body.forward(obs))
+        h = self.pi_body.forward(obs)
+        hv = h if self.shared_trunk else self.v_body.forward(obs)
         v = self.v_head
         return self._policy(h), F.linear(hv, v.weight, v.bias).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """The values ``(N,)`` alone (the bootstrap row of a rollout needs no policy)."""
+        self._feed_forward_only()
+        if self.obs_norm is not None:
+            obs = self.obs_norm(obs)
+        v = self.v_head
+        return F.linear(self.v_body.forward(obs), v.weight, v.bias).squeeze(-1)
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """The distribution parameters alone (acting skips a separate critic)."""
         self._feed_forward_only()
         if self.obs_norm is not None:
             obs = self.obs_norm(obs)
-        return self._policy(self.core(self._pi_encode(obs)))
+        return self._policy(self._pi_encode(obs))
 
     def distribution(self, params: torch.Tensor) -> Distribution:
         return distribution_for(self.action, params)

@@ -62,9 +62,16 @@ class A3C(Algorithm):
             assert self.start_state is not None
             obs = torch.from_numpy(rollout.obs)
             params, values = model.unroll(obs, self.start_state, torch.from_numpy(rollout.first))
+            params = params[:T]  # values keep the bootstrap row (T+1, B)
         else:
-            params, values = model(rollout.obs_tensor())
-        dist = model.distribution(params.view(T + 1, B, -1)[:T])
+            # the bootstrap row s_T is only a target: no gradient, so no backward pass over it
+            # (on Atari that is a sixth of the backward pass saved, for one small forward)
+            obs = rollout.obs_tensor()
+            params, values = model(obs[: T * B])
+            with torch.no_grad():
+                v_last = model.value(obs[T * B :])
+            values = torch.cat([values, v_last])
+        dist = model.distribution(params.view(T, B, -1))
         values = values.view(T + 1, B)
         v = values[:T]
         v_np = v.detach().numpy()
