@@ -2,6 +2,7 @@
 seeds and generous budgets. The faulty envs live in tests/envs_for_tests.py."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 import asyncrl
+import asyncrl.trainer as trainer
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.checkpoint import load_checkpoint
 from asyncrl.cli import main
@@ -127,6 +129,23 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
     rows = (run_dir / "episodes.csv").read_text().splitlines()[1:]
     numbers = [int(r.split(",")[0]) for r in rows]
     assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) > episodes_at_stop
+
+
+def test_a_repeated_signal_is_one_stop_and_a_later_one_exits_at_once(monkeypatch):
+    # `timeout -s INT` signals the trainer and then its whole process group, so the trainer
+    # gets SIGINT twice in a row; a Pong run took the repeat for a second Ctrl-C and exited
+    # without its final checkpoint. A repeat within the window is the same request.
+    monkeypatch.setattr(trainer, "_SAME_SIGNAL_S", 0.3)
+    asked: list[int] = []
+    with trainer._signals_stop(asked.append):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert asked == [signal.SIGINT]
+        time.sleep(0.4)
+        with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C, later: exit at once
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)  # the handler runs here at the latest
+    assert asked == [signal.SIGINT]
 
 
 def test_kill_9_of_the_main_process_loses_at_most_one_interval(tmp_path):

@@ -150,19 +150,29 @@ def _raise_for(outcome: Outcome, run_dir: RunDir, step: int) -> None:
         raise TrainingError(f"{outcome.error}; {where} in {run_dir}", outcome.details)
 
 
+_SAME_SIGNAL_S = 1.0
+
+
 @contextmanager
 def _signals_stop(stop: Callable[[int], None]) -> Iterator[None]:
     """SIGINT/SIGTERM: stop the workers and let the trainer write a final checkpoint; a second
-    signal exits at once. Only the main thread can own signal handlers."""
+    signal exits at once. Only the main thread can own signal handlers.
+
+    A repeat within ``_SAME_SIGNAL_S`` of the first is the same request delivered twice, not a
+    second one: ``timeout -s INT`` signals its child and then the child's whole process group,
+    so the trainer gets it twice in a row, and used to exit without its final checkpoint."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    asked: list[int] = []
+    asked: list[float] = []
 
     def handler(signum: int, frame: Any) -> None:
+        now = time.monotonic()
         if asked:
+            if now - asked[0] < _SAME_SIGNAL_S:
+                return
             raise KeyboardInterrupt
-        asked.append(signum)
+        asked.append(now)
         stop(signum)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
