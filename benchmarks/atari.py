@@ -100,9 +100,8 @@ def network_flops(model: torch.nn.Module, obs: torch.Tensor) -> tuple[float, flo
     (called functionally, a few thousand multiply-adds) are left out."""
     macs: list[float] = []
 
-    def hook(m: torch.nn.Module, inp: tuple, out: torch.Tensor) -> None:
-        w = m.weight  # type: ignore[union-attr]
-        macs.append(out[0].numel() * w[0].numel())  # per sample: outputs x fan-in
+    def hook(m: torch.nn.Conv2d | torch.nn.Linear, inp: tuple, out: torch.Tensor) -> None:
+        macs.append(out[0].numel() * m.weight[0].numel())  # per sample: outputs x fan-in
 
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
     handles = [m.register_forward_hook(hook) for m in layers]
@@ -124,7 +123,7 @@ def ceiling(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     cfg = preset(None, env=args.env).validate()
-    T, B = cfg.t_max, cfg.envs_per_worker
+    T, B = cfg.t_max, args.envs or cfg.envs_per_worker
     info = probe_env(cfg.env, cfg.algo)
     algo = make_algorithm(cfg, info)
     model = build_model(algo.model_spec())
@@ -142,7 +141,7 @@ def ceiling(args: argparse.Namespace) -> None:
     def fps(per_step: float) -> float:
         return args.cores * 4 / per_step
 
-    print(f"\n{args.env}, the preset's {B} envs x t_max {T}, one core, median of {args.seeds}:")
+    print(f"\n{args.env}, {B} envs x t_max {T}, one core, median of {args.seeds}:")
     print("| piece | us per agent step |\n|---|---|")
     print(f"| env step ({B} games) | {m['env'] * 1e6:,.0f} |")
     print(f"| act: forward + sample (batch {B}) | {m['act'] * 1e6:,.0f} |")
@@ -177,7 +176,7 @@ def time_pieces(
     rng = np.random.default_rng(seed)
     env = make_atari_vec_env(args.env, B, seed)
     obs, _ = env.reset(seed=seed)
-    n = env.single_action_space.n
+    n = int(env.single_action_space.n)  # type: ignore[attr-defined]
     t0 = time.perf_counter()
     for _ in range(args.steps):
         obs, *_ = env.step(rng.integers(n, size=B))
@@ -228,6 +227,7 @@ def main() -> None:
     e.add_argument("--seeds", type=int, default=3)
     c = sub.add_parser("ceiling")
     c.add_argument("--env", default="PongNoFrameskip-v4")
+    c.add_argument("--envs", type=int, default=None, help="games per worker (the preset's)")
     c.add_argument("--steps", type=int, default=300, help="env steps and forward passes timed")
     c.add_argument("--seeds", type=int, default=3)
     c.add_argument("--cores", type=int, default=2)
