@@ -71,6 +71,7 @@ def throughput(args: argparse.Namespace) -> None:
 def env_only(args: argparse.Namespace) -> None:
     """The emulators alone: ale-py's vector env with the preprocessing, random actions, one
     core (the ceiling of a worker's frames/s)."""
+    import gymnasium as gym
     import numpy as np
 
     from asyncrl.atari import make_atari_vec_env
@@ -80,7 +81,9 @@ def env_only(args: argparse.Namespace) -> None:
         env = make_atari_vec_env(args.env, args.envs, seed)
         env.reset(seed=seed)
         rng = np.random.default_rng(seed)
-        n = env.single_action_space.n
+        space = env.single_action_space
+        assert isinstance(space, gym.spaces.Discrete), space  # ALE games: discrete actions
+        n = int(space.n)
         t0 = time.perf_counter()
         for _ in range(args.steps):
             env.step(rng.integers(n, size=args.envs))
