@@ -126,7 +126,7 @@ def ceiling(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     cfg = preset(None, env=args.env).validate()
-    T, B = cfg.t_max, args.envs or cfg.envs_per_worker
+    T, B = args.t_max or cfg.t_max, args.envs or cfg.envs_per_worker
     info = probe_env(cfg.env, cfg.algo)
     algo = make_algorithm(cfg, info)
     model = build_model(algo.model_spec())
@@ -231,6 +231,7 @@ def main() -> None:
     c = sub.add_parser("ceiling")
     c.add_argument("--env", default="PongNoFrameskip-v4")
     c.add_argument("--envs", type=int, default=None, help="games per worker (the preset's)")
+    c.add_argument("--t-max", type=int, default=None, help="rollout length (the preset's)")
     c.add_argument("--steps", type=int, default=300, help="env steps and forward passes timed")
     c.add_argument("--seeds", type=int, default=3)
     c.add_argument("--cores", type=int, default=2)
