@@ -312,6 +312,32 @@ def test_a_short_pong_run_checkpoints_and_resumes(backend, run_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algo", ["a3c", "nstep-q", "onestep-q", "onestep-sarsa"])
+def test_each_of_the_papers_methods_trains_on_an_atari_game(algo, run_dir):
+    import asyncrl
+
+    # the preset's settings (epsilon schedule, target network) on the paper's conv net, the
+    # Q methods with Q heads on the same body; a few hundred steps through the real emulators
+    summary = asyncrl.train(
+        env="PongNoFrameskip-v4",
+        algo=algo,
+        backend="threads",
+        workers=1,
+        envs_per_worker=2,
+        steps=400,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    assert summary["ended"] == "budget" and summary["nonfinite_updates"] == 0
+    assert summary["total_steps"] >= 400 and summary["total_frames"] == 4 * summary["total_steps"]
+    policy = asyncrl.load(run_dir)
+    assert policy.spec.kind == ("actor-critic" if algo == "a3c" else "q")
+    assert policy.spec.encoder == "a3c" and policy.spec.obs_dtype == "uint8"
+    obs = np.zeros((4, 84, 84), np.uint8)
+    assert policy.act(obs) in range(6)  # Pong's minimal action set
+
+
+@pytest.mark.slow
 def test_eval_records_a_whole_pong_game_to_mp4(run_dir, tmp_path):
     import imageio.v2 as imageio
 

@@ -22,6 +22,7 @@ from asyncrl.checkpoint import load_checkpoint, save_checkpoint
 from asyncrl.config import Config, preset
 from asyncrl.envs import probe_env
 from asyncrl.errors import Interrupted, TrainingError, UserError
+from asyncrl.heap import return_freed_memory
 from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
 from asyncrl.monitor import Monitor
@@ -65,6 +66,8 @@ def train(
         payload = {"config": cfg.to_dict(), "spec": spec.to_dict(), "glob": glob}
         payload |= {"workers": workers, "monitor": monitor.state_dict(), "restarts": restarts}
         save_checkpoint(run_dir.path, payload)
+        del payload
+        return_freed_memory()  # the snapshots' and the pickle's blocks (asyncrl.heap)
 
     run = make_run(cfg, info, spec, state)
     supervisor = Supervisor(cfg, run, monitor, write_checkpoint, ckpt["restarts"] if ckpt else 0)

@@ -25,8 +25,6 @@ worker.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 import pickle
 import threading
@@ -39,6 +37,7 @@ import torch
 from asyncrl.algos import make_algorithm
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo, dump_vec_env, env_seeds, make_vec_env, reset_vec_env
+from asyncrl.heap import keep_freed_memory
 from asyncrl.messages import (
     Message,
     StatSums,
@@ -70,27 +69,6 @@ def limit_threads() -> None:
     torch is imported (the OMP_NUM_THREADS variable would not)."""
     torch.set_num_threads(1)
     keep_freed_memory()
-
-
-# glibc's mallopt parameters
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-def keep_freed_memory() -> None:
-    """Keep freed tensor memory in the heap for reuse. glibc serves blocks above its mmap
-    threshold (128 KiB at first) with fresh pages from the OS and returns them on free, so each
-    batch of Atari frames (16 x 4 x 84 x 84 floats: 1.8 MB) and each conv activation is
-    page-faulted and zeroed anew. Raising the thresholds (256 MiB mmap, 512 MiB trim) lets the
-    allocator reuse them: a Pong worker ran 17-22% faster (benchmarks/worker_profile.py), and
-    resident memory stayed flat over a 49-minute Pong run (the same sizes recur every step).
-    A no-op where the C library has no mallopt (musl, macOS)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, 256 << 20)
-    mallopt(_M_TRIM_THRESHOLD, 512 << 20)
 
 
 class Outbox(Protocol):
