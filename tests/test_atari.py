@@ -219,6 +219,33 @@ def test_ids_and_settings_by_version():
         atari_settings("ALE/Pong-v5", 1.5)
 
 
+def test_env_kwargs_override_the_versions_settings_in_training_and_evaluation(run_dir, capsys):
+    from asyncrl.cli import main
+    from asyncrl.envs import make_eval_env, make_vec_env, probe_env
+
+    no_sticky = {"repeat_action_probability": 0.0}
+    env = make_vec_env("ALE/Pong-v5", 1, 0, no_sticky)
+    assert env.settings.repeat_action_probability == 0.0  # v5's own is 0.25
+    env.close()
+    full = {"full_action_space": True}
+    assert probe_env("ALE/Pong-v5", "a3c").action.n == 6
+    assert probe_env("ALE/Pong-v5", "a3c", full).action.n == 18  # the model follows
+    eval_env = make_eval_env("PongNoFrameskip-v4", 0, kwargs=full | no_sticky)
+    assert eval_env.action_space.n == 18
+    assert eval_env.unwrapped.ale.getFloat("repeat_action_probability") == 0.0
+    eval_env.close()
+    # what the preprocessing fixes cannot be changed: one line, exit 2, nothing written
+    for pair, what in (
+        ("frameskip=2", "take repeat_action_probability and full_action_space"),
+        ("full_action_space=yes", "full_action_space must be true or false"),
+    ):
+        argv = ["train", "--env", "PongNoFrameskip-v4", "--env-kwargs", pair]
+        assert main([*argv, "--run-dir", str(run_dir)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert what in err and "\n" not in err and "Traceback" not in err
+        assert not run_dir.exists()
+
+
 def test_without_ale_py_atari_ids_ask_for_it(monkeypatch):
     monkeypatch.setattr(atari, "_ale_py", lambda: None)
     assert is_atari_id("ALE/Pong-v5") and is_atari_id("PongNoFrameskip-v4")

@@ -120,10 +120,14 @@ class AtariSettings:
     """all 18 joystick actions rather than the game's minimal set"""
 
 
-def atari_settings(env_id: str, repeat_action_probability: float | None = None) -> AtariSettings:
+def atari_settings(
+    env_id: str,
+    repeat_action_probability: float | None = None,
+    full_action_space: bool | None = None,
+) -> AtariSettings:
     """The game and the version's settings from the id's Gymnasium spec, so that the C++ env
-    plays what ``gymnasium.make(env_id)`` would; an explicit ``repeat_action_probability`` wins
-    (to train a v5 game without sticky actions, say)."""
+    plays what ``gymnasium.make(env_id)`` would; an explicit setting wins (``--env-kwargs
+    repeat_action_probability=0`` trains a v5 game without sticky actions, say)."""
     plain = _plain(env_id)
     if _ale_py() is None:
         raise UserError(f"--env: {plain} needs ale-py: {_INSTALL}")
@@ -148,8 +152,36 @@ def atari_settings(env_id: str, repeat_action_probability: float | None = None) 
     return AtariSettings(
         game=str(kwargs["game"]),
         repeat_action_probability=float(sticky),
-        full_action_space=bool(kwargs.get("full_action_space", False)),
+        full_action_space=bool(
+            kwargs.get("full_action_space", False)
+            if full_action_space is None
+            else full_action_space
+        ),
     )
+
+
+#: what ``--env-kwargs`` may set on an Atari game; the rest (frame skip, observation type,
+#: life handling...) is the DeepMind preprocessing, which training and evaluation share
+ENV_KWARGS = ("repeat_action_probability", "full_action_space")
+
+
+def env_overrides(kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """``--env-kwargs`` for an Atari game, checked: keyword arguments for
+    :func:`make_atari_vec_env` and :func:`make_atari_env`."""
+    kwargs = dict(kwargs or {})
+    unknown = sorted(set(kwargs) - set(ENV_KWARGS))
+    if unknown:
+        raise UserError(
+            f"--env-kwargs: Atari games take {' and '.join(ENV_KWARGS)} (the DeepMind "
+            f"preprocessing fixes the rest), got {', '.join(unknown)}"
+        )
+    sticky = kwargs.get("repeat_action_probability")
+    if sticky is not None and (isinstance(sticky, bool) or not isinstance(sticky, int | float)):
+        raise UserError(f"--env-kwargs: repeat_action_probability must be a number, got {sticky!r}")
+    full = kwargs.get("full_action_space")
+    if full is not None and not isinstance(full, bool):
+        raise UserError(f"--env-kwargs: full_action_space must be true or false, got {full!r}")
+    return kwargs
 
 
 def _env_seeds(seed: int, n: int) -> np.ndarray:
@@ -171,6 +203,7 @@ class AtariVecEnv(gym.vector.VectorEnv):
         seed: int = 0,
         *,
         repeat_action_probability: float | None = None,
+        full_action_space: bool | None = None,
         max_frames: int = MAX_FRAMES,
         noop_max: int = NOOP_MAX,
     ):
@@ -178,7 +211,7 @@ class AtariVecEnv(gym.vector.VectorEnv):
 
         if num_envs < 1 or max_frames < 1 or noop_max < 0:
             raise ValueError(f"bad {num_envs=}, {max_frames=} or {noop_max=}")
-        self.settings = atari_settings(env_id, repeat_action_probability)
+        self.settings = atari_settings(env_id, repeat_action_probability, full_action_space)
         self._env: Any = AtariVectorEnv(
             self.settings.game,
             num_envs,
@@ -262,6 +295,7 @@ def make_atari_vec_env(
     seed: int,
     *,
     repeat_action_probability: float | None = None,
+    full_action_space: bool | None = None,
     max_frames: int = MAX_FRAMES,
     noop_max: int = NOOP_MAX,
 ) -> gym.vector.VectorEnv:
@@ -272,6 +306,7 @@ def make_atari_vec_env(
         num_envs,
         seed,
         repeat_action_probability=repeat_action_probability,
+        full_action_space=full_action_space,
         max_frames=max_frames,
         noop_max=noop_max,
     )
@@ -319,6 +354,7 @@ def make_atari_env(
     *,
     render_mode: str | None = None,
     repeat_action_probability: float | None = None,
+    full_action_space: bool | None = None,
     noop_max: int = NOOP_MAX,
     max_frames: int = MAX_FRAMES,
 ) -> gym.Env:
@@ -326,7 +362,7 @@ def make_atari_env(
     scores, through Gymnasium's wrappers, which can render RGB frames (the C++ env cannot),
     observing exactly what training observes: uint8 (4, 84, 84) stacks, oldest frame first,
     zeros before the first frame of a game."""
-    s = atari_settings(env_id, repeat_action_probability)
+    s = atari_settings(env_id, repeat_action_probability, full_action_space)
     env = gym.make(
         _plain(env_id),
         frameskip=1,

@@ -215,7 +215,11 @@ def probe_env(env_id: str, algo: str, kwargs: dict[str, Any] | None = None) -> E
     spec = env_spec(env_id)
     try:
         # Atari: the training env itself (the evaluation one needs OpenCV)
-        env: Any = make_vec_env(env_id, 1) if is_atari(spec) else gym.make(spec.id, **kwargs or {})
+        env: Any = (
+            make_vec_env(env_id, 1, 0, kwargs)
+            if is_atari(spec)
+            else gym.make(spec.id, **kwargs or {})
+        )
     except UserError:
         raise
     except gym.error.DependencyNotInstalled as e:
@@ -289,7 +293,7 @@ def make_vec_env(
     """``num_envs`` copies of the env, natively vectorized where the env offers it."""
     spec = env_spec(env_id)
     if is_atari(spec):
-        return atari.make_atari_vec_env(spec.id, num_envs, seed)
+        return atari.make_atari_vec_env(spec.id, num_envs, seed, **atari.env_overrides(kwargs))
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
     env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode, **kwargs or {})
     autoreset = env.metadata.get("autoreset_mode")
@@ -337,7 +341,9 @@ def make_eval_env(
     """One env for evaluation (and video): whole games and raw scores on Atari."""
     spec = env_spec(env_id)
     if is_atari(spec):
-        return atari.make_atari_env(spec.id, seed, render_mode=render_mode)
+        return atari.make_atari_env(
+            spec.id, seed, render_mode=render_mode, **atari.env_overrides(kwargs)
+        )
     # not every env takes a render_mode argument: pass it only when asked for
     kw = dict(kwargs or {})
     if render_mode is not None:
