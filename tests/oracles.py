@@ -96,3 +96,13 @@ class GradientAccumulator:
 def mlp_spec(kind: str, obs_dim: int, n_actions: int, **kw) -> ModelSpec:
     """A vector-observation, discrete-action model spec (the tests' usual model)."""
     return ModelSpec(kind, (obs_dim,), ActionSpace("discrete", n_actions), **kw)  # type: ignore[arg-type]
+
+
+def forward(model: nn.Module, obs: torch.Tensor):
+    """A network's outputs for a batch of observations, each one step from a fresh core state,
+    with gradient: row 0 of a two-row unroll (the last row of an unroll is a target, without
+    gradient). Distribution parameters and values for an actor-critic, Q values for a Q net."""
+    n = obs.shape[0]
+    first = torch.ones(2, n, dtype=torch.bool)
+    out = model.unroll(torch.stack([obs, obs]), model.initial_state(n), first)  # type: ignore[operator]
+    return tuple(o[0] for o in out) if isinstance(out, tuple) else out[0]

@@ -11,7 +11,7 @@ from asyncrl.models import (
     flat_grad,
     flatten_parameters,
 )
-from tests.oracles import mlp_spec
+from tests.oracles import forward, mlp_spec
 
 
 def test_flat_parameters_are_views():
@@ -20,7 +20,7 @@ def test_flat_parameters_are_views():
     flat.zero_()
     assert all(float(p.detach().abs().sum()) == 0.0 for p in model.parameters())
     flat.add_(1.0)
-    logits, v = model(torch.zeros(1, 4))
+    logits, v = forward(model, torch.zeros(1, 4))
     assert torch.all(logits == logits[0, 0]) and v.shape == (1,)
 
 
@@ -34,7 +34,7 @@ def test_flatten_into_a_given_vector_checks_the_size():
 @pytest.mark.parametrize("shared", [True, False])
 def test_shared_or_separate_trunk(shared):
     model = ActorCritic(mlp_spec("actor-critic", 4, 3, hidden=(16, 16), shared_trunk=shared))
-    logits, v = model(torch.randn(5, 4))
+    logits, v = forward(model, torch.randn(5, 4))
     assert logits.shape == (5, 3) and v.shape == (5,)
     v.sum().backward()
     policy_trunk_grad = model.pi_body.layers[0].weight.grad
@@ -43,18 +43,29 @@ def test_shared_or_separate_trunk(shared):
 
 
 @pytest.mark.parametrize("shared", [True, False])
-def test_value_alone_is_the_forward_pass_value(shared):
-    # A3C's loss takes the bootstrap row's value from value() and the rest from forward()
+def test_acting_and_the_unroll_agree(shared):
+    # the behaviour policy acts with act(); the loss recomputes the rollout with unroll(), the
+    # last row (the bootstrap) without gradient: the same parameters and values either way
     spec = mlp_spec("actor-critic", 4, 3, hidden=(16, 16), shared_trunk=shared)
     model = ActorCritic(spec)
-    obs = torch.randn(5, 4)
-    torch.testing.assert_close(model.value(obs), model(obs)[1])
+    T1, B = 4, 5
+    obs = torch.randn(T1, B, 4)
+    state, first = model.initial_state(B), torch.zeros(T1, B, dtype=torch.bool)
+    params, values = model.unroll(obs, state, first)
+    assert params.shape == (T1, B, 3) and values.shape == (T1, B) and state.shape == (B, 0)
+    for t in range(T1):
+        p, s = model.act(obs[t], state, first[t])
+        torch.testing.assert_close(p, params[t])
+        assert s is state  # the identity core carries its empty state through
+    assert values[:-1].requires_grad and not torch.equal(values[0], values[-1])
+    flipped = model.unroll(obs.flip(0), state, first)[1]
+    torch.testing.assert_close(flipped[0], values[-1])  # the same value, with or without grad
 
 
 def test_q_network_and_build():
     spec = mlp_spec("q", 4, 2)
     assert isinstance(build_model(spec), QNetwork)
-    assert build_model(spec)(torch.zeros(3, 4)).shape == (3, 2)
+    assert forward(build_model(spec), torch.zeros(3, 4)).shape == (3, 2)
     assert ModelSpec.from_dict(spec.to_dict()) == spec
 
 
@@ -91,7 +102,7 @@ def test_every_parameter_lives_in_the_flat_vector(spec):
     assert sum(p.numel() for p in model.parameters()) == flat.numel()
     assert ModelSpec.from_dict(spec.to_dict()) == spec
     obs = torch.zeros(2, *spec.obs_shape, dtype=getattr(torch, spec.obs_dtype))
-    out = model(obs)
+    out = forward(model, obs)
     (out[0] if isinstance(out, tuple) else out).sum().backward()
     assert flat_grad(model).shape == flat.shape
 
@@ -111,14 +122,14 @@ def test_paper_network_shapes_and_parameter_count():
 def test_uint8_pixels_are_scaled_inside_the_network():
     model = build_model(dataclass_replace(IMAGE, encoder="a3c"))
     x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
-    a, _ = model(x)
-    b, _ = model(x.float() / 255.0)
+    a, _ = forward(model, x)
+    b, _ = forward(model, x.float() / 255.0)
     torch.testing.assert_close(a, b)
 
 
 def test_gaussian_head_gives_mean_and_state_independent_log_std():
     model = build_model(ModelSpec("actor-critic", (3,), BOX, hidden=(8,)))
-    params, v = model(torch.randn(5, 3))
+    params, v = forward(model, torch.randn(5, 3))
     assert params.shape == (5, 6) and v.shape == (5,)
     dist = model.distribution(params)
     torch.testing.assert_close(dist.std, torch.ones(5, 3))  # log-std starts at 0
@@ -147,6 +158,21 @@ def test_running_obs_stats_merge_batches_exactly():
     out = norm(torch.from_numpy(allx))
     np.testing.assert_allclose(out.mean(0).numpy(), 0.0, atol=1e-4)
     assert float(norm(torch.full((1, 3), 1e6)).max()) == 10.0  # clipped
+
+
+def test_uint8_vector_observations_normalise_on_the_scale_their_statistics_have():
+    # the statistics are gathered from the rollout's raw values (0-255); the normaliser must
+    # read the same values, not the encoder's 1/255-scaled ones (every input would sit near
+    # -1.7 standard deviations then)
+    from asyncrl.models import update_obs_stats
+
+    spec = ModelSpec("actor-critic", (3,), ActionSpace("discrete", 2), "uint8", obs_clip=10.0)
+    model = build_model(spec)
+    obs = np.random.default_rng(0).integers(0, 256, size=(1000, 3), dtype=np.uint8)
+    update_obs_stats(model.obs_norm.stats, obs)
+    x = model.obs_norm(torch.from_numpy(obs))
+    np.testing.assert_allclose(x.mean(0).numpy(), 0.0, atol=1e-4)
+    np.testing.assert_allclose(x.std(0).numpy(), 1.0, atol=1e-2)
 
 
 @pytest.mark.parametrize("backend", ["threads", "processes"])

@@ -13,7 +13,7 @@ from asyncrl.optim import (
     clip_grad_norm_,
     linear_lr,
 )
-from tests.oracles import GradientAccumulator, mlp_spec
+from tests.oracles import GradientAccumulator, forward, mlp_spec
 
 
 def test_shared_rmsprop_matches_the_paper_rule_with_eps_inside_the_sqrt():
@@ -104,7 +104,7 @@ def test_sum_of_per_step_gradients_equals_the_batched_gradient():
     target = torch.randn(6)
 
     def step_loss(i):
-        logits, v = model(x[i : i + 1])
+        logits, v = forward(model, x[i : i + 1])
         return (v - target[i : i + 1]).pow(2).sum() - torch.log_softmax(logits, -1)[0, 0]
 
     acc = GradientAccumulator(model)
@@ -124,7 +124,7 @@ def test_accumulator_apply_updates_the_shared_vector_and_resets():
     before = shared.clone()
     opt = SharedRMSprop(shared, lr=0.01)
     acc = GradientAccumulator(model)
-    acc.accumulate(model(torch.randn(2, 3))[1].sum())
+    acc.accumulate(forward(model, torch.randn(2, 3))[1].sum())
     norm = acc.apply(opt, max_norm=40.0)
     assert norm > 0
     assert not torch.equal(shared, before)

@@ -242,3 +242,50 @@ def test_every_worker_and_env_plays_its_own_stream():
     all_seeds = [s for w in range(3) for inc in range(2) for s in env_seeds(0, w, inc, 4)[1]]
     assert len(set(all_seeds)) == len(all_seeds)
     assert env_seeds(0, 1, 0, 4) == env_seeds(0, 1, 0, 4)  # a function of the seed
+
+
+def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
+    """A rollout's observations enter the shared statistics after its gradient, not before: the
+    loss must see the inputs acting saw (one worker: nobody else moves them meanwhile)."""
+    seen = []
+
+    class Watching(A3C):
+        def act(self, model, obs, global_step, rng, first):
+            seen.append(("act", model.obs_norm.stats.clone()))
+            return super().act(model, obs, global_step, rng, first)
+
+        def loss(self, model, rollout, target_model=None):
+            seen.append(("loss", model.obs_norm.stats.clone()))
+            return super().loss(model, rollout, target_model)
+
+    monkeypatch.setitem(algos.REGISTRY, "a3c", Watching)
+    cfg = Config(steps=12, t_max=4, envs_per_worker=2, hidden=(4,), normalize_obs=True)
+    info = probe_env(cfg.env, "a3c")
+    state = GlobalState.create(cfg, Watching(cfg, info).model_spec(), 1, False)
+    assert state.obs_stats is not None
+    run_worker(0, 0, cfg, info, SharedMemory.create(state, 1), None, Outbox())
+    losses = [i for i, (what, _) in enumerate(seen) if what == "loss"]
+    assert len(losses) >= 2
+    for i in losses:
+        torch.testing.assert_close(seen[i][1], seen[i - 1][1])  # as the rollout's last act
+    assert float(seen[losses[1]][1][0]) == 8  # the first rollout's 4 x 2 observations, after
+    assert float(state.obs_stats[0]) >= 12
+
+
+def test_a_non_finite_action_is_the_policys_fault_not_the_envs(monkeypatch):
+    class NaNPolicy(A3C):
+        def act(self, model, obs, global_step, rng, first):
+            a = super().act(model, obs, global_step, rng, first)
+            a[-1] = np.nan
+            return a
+
+    monkeypatch.setitem(algos.REGISTRY, "a3c", NaNPolicy)
+    cfg = Config(env="Pendulum-v1", steps=50, t_max=4, envs_per_worker=2, hidden=(4,))
+    info = probe_env(cfg.env, "a3c")
+    params = flatten_parameters(build_model(NaNPolicy(cfg, info).model_spec()))
+    outbox = Outbox()
+    run_worker(0, 0, cfg, info, make_shared(params), None, outbox)
+    failed = outbox[0]
+    assert isinstance(failed, Failed) and failed.diverged  # restarting will not help
+    assert "PolicyFault" in failed.text and "non-finite action" in failed.text
+    assert "env 1" in failed.text and "Pendulum" not in failed.text

@@ -4,10 +4,17 @@
   paper's (conv 16 8x8/4, conv 32 4x4/2, fc 256), the Nature DQN net (conv 32 8x8/4, 64 4x4/2,
   64 3x3/1, fc 512) and MinAtar's (conv 16 3x3/1, fc 128; Young & Tian, 2019). Observations
   arrive in the env's dtype; uint8 images are divided by 255 here, inside the network, so the
-  rollout buffer stays uint8.
-* core: the identity, or an LSTM (the paper's recurrent agent; both networks take it).
+  rollout buffer stays uint8. Observation normalisation (``--normalize-obs``) is the MLP
+  encoder's first piece.
+* core: always there, one signature ``core.step(x, state, first) -> (h, state)`` whatever it is
+  (:data:`CORES`): the identity, which carries an empty state (Sample Factory's
+  ``ModelCoreIdentity``), or a recurrent cell (the paper's LSTM; a GRU).
 * heads: the parameters of the action distribution (:mod:`asyncrl.distributions`, chosen from
   the action space) and a value; or Q values.
+
+Both networks expose the same two calls: :meth:`act` for one step of a batch of envs, and
+:meth:`unroll` for a rollout recomputed from the core's state at its start. Nothing outside
+this file knows whether the core is recurrent.
 
 Every model is rebuilt from a plain :class:`ModelSpec` (a dict on disk), so a worker process, a
 checkpoint and ``asyncrl.load`` all construct the same architecture without pickling modules.
@@ -20,7 +27,7 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -31,6 +38,7 @@ from asyncrl.distributions import Distribution, distribution_for
 from asyncrl.envs import ActionSpace
 
 Encoder = Literal["mlp", "a3c", "nature", "minatar"]
+CoreName = Literal["none", "lstm", "gru"]
 
 
 @dataclass(frozen=True)
@@ -48,13 +56,13 @@ class ModelSpec:
     channels_last: bool = False
     #: normalise observations by running mean and variance, clipped to +-obs_clip (0: off)
     obs_clip: float = 0.0
-    #: Box actions: "param" (a state-independent log-std) or "softplus" (the paper's
-    #: state-dependent variance, a softplus of a second linear head)
+    #: Box actions: "param" (a state-independent log-std) or "softplus" (a softplus of a
+    #: second linear head; the paper's softplus "variance" head, read here as the std)
     gaussian_std: Literal["param", "softplus"] = "param"
     #: the initial log-std of a state-independent Gaussian
     log_std_init: float = 0.0
-    #: the core between encoder and heads: none, or an LSTM of core_size cells
-    core: Literal["none", "lstm"] = "none"
+    #: the core between encoder and heads (:data:`CORES`), and its width if it has one
+    core: CoreName = "none"
     core_size: int = 128
 
     def to_dict(self) -> dict:
@@ -106,20 +114,48 @@ def as_float(obs: torch.Tensor) -> torch.Tensor:
     return obs
 
 
-class MLPEncoder(nn.Module):
-    """tanh MLP on the flattened observation."""
+# ---------------------------------------------------------------------- encoders
+class ObsNormalizer(nn.Module):
+    """``clip((obs - mean) / sqrt(var + 1e-8))`` with running statistics held in one flat
+    buffer ``[count, mean..., var...]``. Not parameters: the workers share the buffer
+    deliberately (:func:`bind_obs_stats`) and update it from their rollouts
+    (:func:`update_obs_stats`); a loaded policy keeps it frozen.
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...]):
+    It reads the observations' own values (``obs.float()``, no 1/255 scaling of uint8): the
+    statistics are gathered from the rollout's raw observations, and must be applied to the
+    same scale."""
+
+    def __init__(self, obs_dim: int, clip: float):
+        super().__init__()
+        self.obs_dim, self.clip = obs_dim, clip
+        stats = torch.zeros(1 + 2 * obs_dim)
+        stats[1 + obs_dim :] = 1.0
+        self.register_buffer("stats", stats)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        d = self.obs_dim
+        stats: torch.Tensor = self.stats  # type: ignore[assignment]
+        mean, var = stats[1 : 1 + d], stats[1 + d :]
+        x = (obs.float().reshape(-1, d) - mean) / (var + 1e-8).sqrt()
+        return x.clamp(-self.clip, self.clip)
+
+
+class MLPEncoder(nn.Module):
+    """tanh MLP on the flattened observation, normalised first if a normaliser is given."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], norm: ObsNormalizer | None):
         super().__init__()
         sizes = [obs_dim, *hidden]
         linears = [_linear(a, b, math.sqrt(2)) for a, b in itertools.pairwise(sizes)]
         self.layers = nn.ModuleList(linears)
         self._linears = linears  # the same modules, typed (and iterated without ModuleList)
+        # registered after the layers: the flat parameter vector's layout does not move
+        self.norm = norm
         self.out_dim = sizes[-1]
         self.obs_dim = obs_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = as_float(obs)
+        x = as_float(obs) if self.norm is None else self.norm.forward(obs)
         if x.dim() != 2:
             x = x.reshape(-1, self.obs_dim)
         # Functional calls: Module.__call__ costs more than the matmul itself at these sizes,
@@ -166,25 +202,32 @@ class ConvEncoder(nn.Module):
         return F.relu(self.fc(x.flatten(1)))
 
 
-class ObsNormalizer(nn.Module):
-    """``clip((obs - mean) / sqrt(var + 1e-8))`` with running statistics held in one flat
-    buffer ``[count, mean..., var...]``. Not parameters: the workers share the buffer
-    deliberately (:func:`bind_obs_stats`) and update it from their rollouts
-    (:func:`update_obs_stats`); a loaded policy keeps it frozen."""
+def build_normalizer(spec: ModelSpec) -> ObsNormalizer | None:
+    return ObsNormalizer(int(np.prod(spec.obs_shape)), spec.obs_clip) if spec.obs_clip > 0 else None
 
-    def __init__(self, obs_dim: int, clip: float):
-        super().__init__()
-        self.obs_dim, self.clip = obs_dim, clip
-        stats = torch.zeros(1 + 2 * obs_dim)
-        stats[1 + obs_dim :] = 1.0
-        self.register_buffer("stats", stats)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        d = self.obs_dim
-        stats: torch.Tensor = self.stats  # type: ignore[assignment]
-        mean, var = stats[1 : 1 + d], stats[1 + d :]
-        x = (as_float(obs).reshape(-1, d) - mean) / (var + 1e-8).sqrt()
-        return x.clamp(-self.clip, self.clip)
+def build_encoder(spec: ModelSpec, norm: ObsNormalizer | None = None) -> MLPEncoder | ConvEncoder:
+    if spec.encoder == "mlp":
+        return MLPEncoder(int(np.prod(spec.obs_shape)), spec.hidden, norm)
+    if norm is not None:  # model_spec_for refuses --normalize-obs for images
+        raise ValueError("observation normalisation is for vector observations")
+    return ConvEncoder(spec.encoder, spec.obs_shape, spec.channels_last)
+
+
+def encode_rollout(
+    encode: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor
+) -> torch.Tensor:
+    """Features ``(T+1, B, d)`` of a rollout's observations ``(T+1, B, ...)`` in one batched
+    pass. The last row (the observation after the last step) is only ever a target -- a
+    bootstrap value, or a Q value nobody learns from -- so it is encoded without gradient:
+    no backward pass over it (on Atari at t_max 5 that was a sixth of the backward pass)."""
+    T1, B = obs.shape[:2]
+    flat = obs.flatten(0, 1)
+    n = (T1 - 1) * B
+    x = encode(flat[:n])
+    with torch.no_grad():
+        last = encode(flat[n:])
+    return torch.cat([x, last]).unflatten(0, (T1, B))
 
 
 _STATS_LOCK = threading.Lock()
@@ -242,82 +285,186 @@ def bind_obs_stats(model: nn.Module, stats: torch.Tensor) -> None:
         norm.stats = stats
 
 
-def build_encoder(spec: ModelSpec) -> MLPEncoder | ConvEncoder:
-    if spec.encoder == "mlp":
-        return MLPEncoder(int(np.prod(spec.obs_shape)), spec.hidden)
-    return ConvEncoder(spec.encoder, spec.obs_shape, spec.channels_last)
+# ---------------------------------------------------------------------- cores
+class Core(nn.Module):
+    """Between the encoder and the heads: ``step(x, state, first) -> (h, state)`` for one step
+    of B envs, ``unroll`` for a rollout. The state is one tensor ``(B, *state_shape)`` per
+    worker (or evaluated batch); ``first[i]`` says env i starts an episode, so its state
+    restarts from zero. A new core is a subclass and a line in :data:`CORES`."""
 
-
-# ---------------------------------------------------------------------- the LSTM core
-class RecurrentCore:
-    """What both networks do with ``--core lstm``: the encoder (each network's ``_encode``),
-    then the LSTM, carrying a state ``(B, 2, size)`` of (h, c) per env."""
-
-    lstm: nn.LSTMCell | None
-    recurrent: bool
-
-    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def _feed_forward_only(self) -> None:
-        # a recurrent model called without its state would skip the core: wrong shapes for an
-        # MLP, silently wrong outputs for a conv net whose features have the core's size
-        if self.recurrent:
-            raise RuntimeError("a recurrent model acts through step() and learns through unroll()")
+    out_dim: int
 
     def initial_state(self, batch: int) -> torch.Tensor:
-        """Zero (h, c) for ``batch`` envs: one ``(batch, 2, core_size)`` tensor."""
-        assert self.lstm is not None
-        return torch.zeros(batch, 2, self.lstm.hidden_size)
+        raise NotImplementedError
 
-    def _core_step(
-        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
-    ) -> torch.Tensor:
-        assert self.lstm is not None
-        return lstm_step(self.lstm, self._encode(obs), state, first)
+    def step(
+        self, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
 
-    def _core_unroll(
-        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
-    ) -> torch.Tensor:
-        """The core's outputs h ``(T+1, B, size)``: the encoder over the whole sequence in one
-        batched pass, then :func:`lstm_unroll`."""
-        assert self.lstm is not None
-        T1, B = obs.shape[:2]
-        x = self._encode(obs.flatten(0, 1)).unflatten(0, (T1, B))
-        return lstm_unroll(self.lstm, x, state, first)
+    def unroll(
+        self, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Outputs ``(T+1, B, out_dim)`` of features ``(T+1, B, d)`` from the state at their
+        start, step by step (PFRL's way), and the state after them. Gradients reach back to
+        the start of the rollout, not beyond (the stored state has no history)."""
+        hs = []
+        for t in range(x.shape[0]):
+            h, state = self.step(x[t], state, first[t])
+            hs.append(h)
+        return torch.stack(hs), state
 
 
-class ActorCritic(RecurrentCore, nn.Module):
+class IdentityCore(Core):
+    """No memory: the features pass through, with an empty state ``(B, 0)``."""
+
+    def __init__(self, d_in: int, size: int):
+        super().__init__()
+        self.out_dim = d_in
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        return torch.zeros(batch, 0)
+
+    def step(self, x, state, first):
+        return x, state
+
+    def unroll(self, x, state, first):
+        return x, state
+
+
+class RecurrentCore(Core):
+    """A recurrent cell whose state ``(B, rows, size)`` is zeroed where an episode starts;
+    ``h`` is row 0. Subclasses name the cell and how it steps."""
+
+    rows: int
+
+    def __init__(self, cell: nn.RNNCellBase):
+        super().__init__()
+        self.cell = cell
+        for name, p in cell.named_parameters():
+            (nn.init.orthogonal_ if "weight" in name else nn.init.zeros_)(p)
+        self.out_dim = cell.hidden_size
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        return torch.zeros(batch, self.rows, self.out_dim)
+
+    def step(self, x, state, first):
+        state = self.cell_step(x, state * (~first).to(x.dtype)[:, None, None])
+        return state[:, 0], state
+
+    def cell_step(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class LSTMCore(RecurrentCore):
+    """The paper's recurrent agent: an LSTM, state (h, c)."""
+
+    rows = 2
+
+    def __init__(self, d_in: int, size: int):
+        super().__init__(nn.LSTMCell(d_in, size))
+
+    def cell_step(self, x, state):
+        h, c = self.cell(x, (state[:, 0], state[:, 1]))
+        return torch.stack([h, c], dim=1)
+
+
+class GRUCore(RecurrentCore):
+    """A GRU: state h alone (a third fewer weights than the LSTM)."""
+
+    rows = 1
+
+    def __init__(self, d_in: int, size: int):
+        super().__init__(nn.GRUCell(d_in, size))
+
+    def cell_step(self, x, state):
+        return self.cell(x, state[:, 0])[:, None]
+
+
+CORES: dict[str, Callable[[int, int], Core]] = {
+    "none": IdentityCore,
+    "lstm": LSTMCore,
+    "gru": GRUCore,
+}
+
+
+def build_core(spec: ModelSpec, d_in: int) -> Core:
+    return CORES[spec.core](d_in, spec.core_size)
+
+
+# ---------------------------------------------------------------------- networks
+class Network(nn.Module):
+    """What both networks share: an encoder (its normaliser inside), a core, and the core's
+    state. Subclasses give :meth:`act` and :meth:`unroll` their heads."""
+
+    encoder: MLPEncoder | ConvEncoder
+    core: Core
+    # The behaviour policy runs once per env step, where each nn.Module attribute lookup
+    # costs about a microsecond: plain references to what it touches (the same objects:
+    # flatten_parameters and load_state_dict change their data in place).
+    _encode: Callable[[torch.Tensor], torch.Tensor]
+    _core_step: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+    def _bind_hot_path(self) -> None:
+        object.__setattr__(self, "_encode", self.encoder.forward)
+        object.__setattr__(self, "_core_step", self.core.step)
+        # model.pt files written before the core was a module of its own
+        self._register_load_state_dict_pre_hook(_rename_legacy_keys, with_module=True)
+
+    @property
+    def obs_norm(self) -> ObsNormalizer | None:
+        norm = getattr(self.encoder, "norm", None)
+        return norm if isinstance(norm, ObsNormalizer) else None
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """The core's state for ``batch`` envs at the start of their episodes (may be empty)."""
+        return self.core.initial_state(batch)
+
+    def _features(self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor):
+        """The core's outputs ``(T+1, B, d)`` over a rollout, from its start state."""
+        return self.core.unroll(encode_rollout(self._encode, obs), state, first)[0]
+
+
+def _rename_legacy_keys(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
+) -> None:
+    # model.pt files written before the normaliser moved into the encoder and the LSTM into a
+    # core module: obs_norm.stats -> <encoder>.norm.stats, lstm.* -> core.cell.*
+    for key in list(state_dict):
+        rest = key[len(prefix) :]
+        if rest == "obs_norm.stats":
+            stats = state_dict.pop(key)
+            for name, _ in module.named_buffers(remove_duplicate=False):
+                if name.endswith("norm.stats"):
+                    state_dict[prefix + name] = stats
+        elif rest.startswith("lstm."):
+            state_dict[f"{prefix}core.cell.{rest[5:]}"] = state_dict.pop(key)
+
+
+class ActorCritic(Network):
     """Policy (the parameters of a distribution) and state value; one encoder shared by both
     heads (the paper) or one each."""
 
-    _pi_encode: Callable[[torch.Tensor], torch.Tensor]
     _pi_w: torch.Tensor
     _pi_b: torch.Tensor
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.action = spec.action
-        self.obs_norm = (
-            ObsNormalizer(int(np.prod(spec.obs_shape)), spec.obs_clip)
-            if (spec.obs_clip > 0)
-            else None
-        )
-        self.pi_body = build_encoder(spec)
-        # the recurrent agent has one encoder and one core for both heads (the paper's)
-        self.recurrent = spec.core == "lstm"
-        shared = spec.shared_trunk or self.recurrent
-        self.v_body = self.pi_body if shared else build_encoder(spec)
+        norm = build_normalizer(spec)
+        self.pi_body = build_encoder(spec, norm)
+        # a recurrent agent has one encoder and one core for both heads (the paper's); a
+        # separate critic trunk (the default for vectors) is a feed-forward net's option
+        shared = spec.shared_trunk or spec.core != "none"
+        self.v_body = self.pi_body if shared else build_encoder(spec, norm)
         self.shared_trunk = shared
-        d = self.pi_body.out_dim
-        self.lstm = make_lstm(d, spec.core_size) if self.recurrent else None
-        if self.lstm is not None:
-            d = spec.core_size
+        self.core = build_core(spec, self.pi_body.out_dim)
+        d = self.core.out_dim
         self.pi_head = _linear(d, spec.action.dim, 0.01)
         self.v_head = _linear(d, 1, 1.0)
         box = spec.action.kind == "box"
         # Box actions: a state-independent log-std (the common choice today; SB3, PPO), or
-        # the paper's softplus variance from a second linear head
+        # the paper's softplus head (the paper says variance; asyncrl's head is the std)
         self.softplus_std = box and spec.gaussian_std == "softplus"
         self.std_head = _linear(d, spec.action.dim, 0.01) if self.softplus_std else None
         self.log_std = (
@@ -325,35 +472,32 @@ class ActorCritic(RecurrentCore, nn.Module):
             if box and not self.softplus_std
             else None
         )
-        # The behaviour policy runs once per env step, where each nn.Module attribute lookup
-        # costs about a microsecond: keep plain references to what it touches (the same
-        # objects: flatten_parameters and load_state_dict change their data in place).
-        object.__setattr__(self, "_pi_encode", self.pi_body.forward)
+        self._bind_hot_path()
         object.__setattr__(self, "_pi_w", self.pi_head.weight)
         object.__setattr__(self, "_pi_b", self.pi_head.bias)
 
-    # ------------------------------------------------------------------ the recurrent core
-    def step(
+    @property
+    def encoder(self) -> MLPEncoder | ConvEncoder:  # type: ignore[override]
+        return self.pi_body
+
+    def act(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step of the recurrent policy: distribution parameters and the new state."""
-        state = self._core_step(obs, state, first)
-        return self._policy(state[:, 0]), state
+        """One step of B envs: distribution parameters ``(B, ...)`` and the core's new state.
+        (Acting needs no value: the critic is not run.)"""
+        h, state = self._core_step(self._encode(obs), state, first)
+        return self._policy(h), state
 
     def unroll(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A rollout's sequence ``(T+1, B, ...)`` recomputed from the state at its start
-        (:func:`lstm_unroll`). Returns parameters ``(T+1, B, ...)`` and values ``(T+1, B)``."""
-        T1, B = first.shape
-        h = self._core_unroll(obs, state, first).flatten(0, 1)
-        v = F.linear(h, self.v_head.weight, self.v_head.bias).squeeze(-1)
-        return self._policy(h).unflatten(0, (T1, B)), v.unflatten(0, (T1, B))
-
-    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
-        return self.pi_body.forward(obs)
+        """A rollout's observations ``(T+1, B, ...)`` from the core's state at its start:
+        distribution parameters ``(T+1, B, ...)`` and values ``(T+1, B)``; the last row is a
+        target, computed without gradient through the encoder (:func:`encode_rollout`)."""
+        h = self._features(obs, state, first)
+        hv = h if self.shared_trunk else encode_rollout(self.v_body.forward, obs)
+        v = F.linear(hv, self.v_head.weight, self.v_head.bias).squeeze(-1)
+        return self._policy(h), v
 
     def _policy(self, h: torch.Tensor) -> torch.Tensor:
         out = F.linear(h, self._pi_w, self._pi_b)
@@ -365,108 +509,38 @@ class ActorCritic(RecurrentCore, nn.Module):
             out = torch.cat([out, std.log()], dim=-1)
         return out
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Distribution parameters ``(N, ...)`` and values ``(N,)`` for a batch ``N``."""
-        self._feed_forward_only()
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
-        h = self.pi_body.forward(obs)
-        hv = h if self.shared_trunk else self.v_body.forward(obs)
-        v = self.v_head
-        return self._policy(h), F.linear(hv, v.weight, v.bias).squeeze(-1)
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """The values ``(N,)`` alone (the bootstrap row of a rollout needs no policy)."""
-        self._feed_forward_only()
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
-        v = self.v_head
-        return F.linear(self.v_body.forward(obs), v.weight, v.bias).squeeze(-1)
-
-    def policy(self, obs: torch.Tensor) -> torch.Tensor:
-        """The distribution parameters alone (acting skips a separate critic)."""
-        self._feed_forward_only()
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
-        return self._policy(self._pi_encode(obs))
-
     def distribution(self, params: torch.Tensor) -> Distribution:
         return distribution_for(self.action, params)
 
 
-class QNetwork(RecurrentCore, nn.Module):
-    """Action values Q(s, .) on an encoder, with the LSTM core between them if asked."""
+class QNetwork(Network):
+    """Action values Q(s, .): encoder, core, a linear head."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        self.obs_norm = (
-            ObsNormalizer(int(np.prod(spec.obs_shape)), spec.obs_clip)
-            if (spec.obs_clip > 0)
-            else None
-        )
-        self.body = build_encoder(spec)
-        self.recurrent = spec.core == "lstm"
-        self.lstm = make_lstm(self.body.out_dim, spec.core_size) if self.recurrent else None
-        d = spec.core_size if self.recurrent else self.body.out_dim
-        self.head = _linear(d, spec.action.n, 1.0)
+        self.body = build_encoder(spec, build_normalizer(spec))
+        self.core = build_core(spec, self.body.out_dim)
+        self.head = _linear(self.core.out_dim, spec.action.n, 1.0)
+        self._bind_hot_path()
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        self._feed_forward_only()
-        return self._q(self._encode(obs))
+    @property
+    def encoder(self) -> MLPEncoder | ConvEncoder:  # type: ignore[override]
+        return self.body
 
-    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.obs_norm is not None:
-            obs = self.obs_norm(obs)
-        return self.body.forward(obs)
-
-    def _q(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(h, self.head.weight, self.head.bias)
-
-    def step(
+    def act(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Q values for one step of a batch of envs, and the new state."""
-        state = self._core_step(obs, state, first)
-        return self._q(state[:, 0]), state
+        """Q values ``(B, A)`` for one step of B envs, and the core's new state."""
+        h, state = self._core_step(self._encode(obs), state, first)
+        return F.linear(h, self.head.weight, self.head.bias), state
 
     def unroll(self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-        """Q values ``(T+1, B, A)`` of a rollout's sequence recomputed from its start state."""
-        return self._q(self._core_unroll(obs, state, first))
+        """Q values ``(T+1, B, A)`` of a rollout recomputed from the core's start state (the
+        last row without gradient through the encoder)."""
+        return F.linear(self._features(obs, state, first), self.head.weight, self.head.bias)
 
 
-# ---------------------------------------------------------------------- the LSTM cell
-def make_lstm(d_in: int, size: int) -> nn.LSTMCell:
-    lstm = nn.LSTMCell(d_in, size)
-    for name, p in lstm.named_parameters():
-        (nn.init.orthogonal_ if "weight" in name else nn.init.zeros_)(p)
-    return lstm
-
-
-def lstm_step(
-    lstm: nn.LSTMCell, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor
-) -> torch.Tensor:
-    """One step of the core; the state of an env whose ``first`` is set restarts from zero
-    (a new episode)."""
-    keep = (~first).to(x.dtype)[:, None, None]
-    state = state * keep
-    h, c = lstm(x, (state[:, 0], state[:, 1]))
-    return torch.stack([h, c], dim=1)
-
-
-def lstm_unroll(
-    lstm: nn.LSTMCell, x: torch.Tensor, state: torch.Tensor, first: torch.Tensor
-) -> torch.Tensor:
-    """The outputs h ``(T+1, B, size)`` of a rollout's features ``x`` ``(T+1, B, d)`` from the
-    state at its start (PFRL's way): step by step, zeroed where ``first`` says. Gradients reach
-    back to the start of the rollout, not beyond (the stored state has no history)."""
-    hs = []
-    for t in range(x.shape[0]):
-        state = lstm_step(lstm, x[t], state, first[t])
-        hs.append(state[:, 0])
-    return torch.stack(hs)
-
-
-def build_model(spec: ModelSpec) -> nn.Module:
+def build_model(spec: ModelSpec) -> ActorCritic | QNetwork:
     if spec.kind == "actor-critic":
         return ActorCritic(spec)
     if spec.kind == "q":

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,11 +16,15 @@ from asyncrl.rundir import RunDir
 
 
 class Policy:
-    """A trained network with ``act(obs)``: the mode of the policy (or argmax Q) by default."""
+    """A trained network with ``act(obs)``: the mode of the policy (or argmax Q) by default.
+
+    It acts through the algorithm's :meth:`~asyncrl.algos.base.Algorithm.eval_step`, the network
+    call training acts through, and keeps the core's state of each env it is given (empty for
+    a feed-forward net): call :meth:`reset` when an episode starts."""
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: ActorCritic | QNetwork,
         algo: str,
         spec: ModelSpec,
         env_id: str,
@@ -31,13 +35,11 @@ class Policy:
         self.spec = spec
         self.env_id = env_id
         self.env_kwargs = env_kwargs or {}
-        self._greedy = REGISTRY[algo].greedy
-        self.recurrent = bool(getattr(model, "recurrent", False))
-        self.state: torch.Tensor | None = None  # the LSTM's (h, c) per evaluated env
+        self._eval_step = REGISTRY[algo].eval_step
+        self.state: torch.Tensor | None = None  # the core's state per evaluated env
 
     def reset(self) -> None:
-        """Forget the recurrent state: call it when an episode starts (``evaluate`` does).
-        A feed-forward policy has none; this does nothing then."""
+        """Forget the core's state: call it when an episode starts (``evaluate`` does)."""
         self.state = None
 
     @torch.no_grad()
@@ -47,7 +49,9 @@ class Policy:
         deterministic: bool = True,
         rng: np.random.Generator | None = None,
     ) -> np.ndarray | int:
-        """Action(s) for one observation (shape ``obs_shape``) or a batch (``(N, *obs_shape)``).
+        """Action(s) for one observation (shape ``obs_shape``) or a batch (``(N, *obs_shape)``),
+        one env per row; the core's state starts from zero after :meth:`reset` (or when the
+        batch size changes).
 
         ``deterministic=False`` samples from the policy with ``rng`` (default: a fresh,
         unseeded generator); the Q methods have no stochastic policy of their own and refuse.
@@ -64,51 +68,17 @@ class Policy:
             )
         if single:
             x = x.unsqueeze(0)
-        if self.recurrent:
-            return self._act_recurrent(x, single, deterministic, rng)
-        if deterministic:
-            a = self._greedy(self.model, x).numpy()
-        elif isinstance(self.model, ActorCritic):
-            dist = self.model.distribution(self.model.policy(x))
-            a = dist.sample(rng if rng is not None else np.random.default_rng())
-        else:
-            self._no_stochastic_policy()
-        return self._for_env(a, single)
-
-    def _for_env(self, a: np.ndarray, single: bool) -> np.ndarray | int:
-        """Actions as the env takes them: Box actions clipped to the bounds (or squashed into
-        them with ``--squash``), as the workers step their envs."""
-        a = self.spec.action.to_env(a)
+        n = x.shape[0]
+        state = self.state
+        if state is None or state.shape[0] != n:
+            state = self.model.initial_state(n)
+        rng = rng if rng is not None else np.random.default_rng()
+        first = torch.zeros(n, dtype=torch.bool)  # a fresh state is already zero
+        a, self.state = self._eval_step(self.model, x, state, first, deterministic, rng)
+        a = self.spec.action.to_env(a)  # as the workers step their envs: clipped, or squashed
         if single:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
         return a
-
-    def _act_recurrent(
-        self, x: torch.Tensor, single: bool, deterministic: bool, rng: np.random.Generator | None
-    ) -> np.ndarray | int:
-        """The recurrent policy keeps one state per env of the batch, from zero after
-        :meth:`reset` (or when the batch size changes)."""
-        model: ActorCritic | QNetwork = self.model  # type: ignore[assignment]
-        if isinstance(model, QNetwork) and not deterministic:
-            self._no_stochastic_policy()  # before the state moves on
-        n = x.shape[0]
-        if self.state is None or self.state.shape[0] != n:
-            self.state = model.initial_state(n)
-        out, self.state = model.step(x, self.state, torch.zeros(n, dtype=torch.bool))
-        if isinstance(model, QNetwork):
-            return self._for_env(out.argmax(-1).numpy(), single)
-        dist = model.distribution(out)
-        if deterministic:
-            a = dist.mode().numpy()
-        else:
-            a = dist.sample(rng if rng is not None else np.random.default_rng())
-        return self._for_env(a, single)
-
-    def _no_stochastic_policy(self) -> NoReturn:
-        raise UserError(
-            f"{self.algo} learns Q values and acts greedily at evaluation; its exploration "
-            "epsilon is a training schedule, not a policy: evaluate it deterministically"
-        )
 
 
 def load(run_dir: str | Path) -> Policy:

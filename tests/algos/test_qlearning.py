@@ -22,11 +22,19 @@ INFO = EnvInfo("Test-v0", obs_shape=(1,), obs_dtype="float32", action=ActionSpac
 
 
 class Table(nn.Module):
+    """A tabular Q "network" with the networks' interface (a core with an empty state)."""
+
     def __init__(self, values):
         super().__init__()
         self.q = nn.Parameter(torch.tensor(values, dtype=torch.float32))
 
-    def forward(self, obs):
+    def initial_state(self, batch):
+        return torch.zeros(batch, 0)
+
+    def act(self, obs, state, first):
+        return self.q[obs[..., 0].long()], state
+
+    def unroll(self, obs, state, first):
         return self.q[obs[..., 0].long()]
 
 
@@ -122,11 +130,12 @@ def test_epsilon_greedy_actions():
     obs = torch.tensor([[0.0], [1.0]] * 50)
     rng = np.random.default_rng(0)
     with torch.no_grad():
-        greedy = algo.act(q, obs, 0, rng)
+        first = np.zeros(100, bool)
+        greedy = algo.act(q, obs, 0, rng, first)
         np.testing.assert_array_equal(greedy, [1, 0] * 50)
         algo.eps_final = 1.0
         algo.cfg.eps_start = 1.0
-        random = algo.act(q, obs, 0, rng)
+        random = algo.act(q, obs, 0, rng, first)
     assert 0.3 < (random != greedy).mean() < 0.7  # uniform: half disagree with greedy
 
 

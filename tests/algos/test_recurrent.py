@@ -1,4 +1,4 @@
-"""The recurrent (LSTM) agent's bookkeeping: where the state restarts, what the unroll
+"""The recurrent agent's bookkeeping (every recurrent core: the LSTM and the GRU): where the state restarts, what the unroll
 recomputes, where gradients stop, and what a checkpoint carries; for A3C and the Q-learners."""
 
 import copy
@@ -18,11 +18,17 @@ INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpac
 
 
 ALGOS = [A3C, NStepQ]
+CORES = ["lstm", "gru"]
 
 
-def make(seed=0, cls=A3C):
+@pytest.fixture(params=CORES)
+def core(request):
+    return request.param
+
+
+def make(seed=0, cls=A3C, core="lstm"):
     torch.manual_seed(seed)
-    cfg = Config(algo=cls.name, core="lstm", lstm_size=8, hidden=(6,), t_max=4, gamma=0.9)
+    cfg = Config(algo=cls.name, core=core, lstm_size=8, hidden=(6,), t_max=4, gamma=0.9)
     algo = cls(cfg, INFO)
     algo.start_worker(0, np.random.default_rng(0))
     model = build_model(algo.model_spec())
@@ -37,31 +43,31 @@ def unrolled(model, obs, state, first):
 
 
 @pytest.mark.parametrize("cls", ALGOS)
-def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts(cls):
-    _, model = make(cls=cls)
+def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts(cls, core):
+    _, model = make(cls=cls, core=core)
     T1, B = 6, 3
     obs = torch.randn(T1, B, 3)
     first = torch.zeros(T1, B, dtype=torch.bool)
     first[0, :] = True
     first[3, 1] = True  # env 1: a new episode starts at row 3 (after a reset step at row 2)
     first[5, 2] = True  # env 2: at the last row
-    start = torch.randn(B, 2, 8)
+    start = torch.randn_like(model.initial_state(B))
     with torch.no_grad():
         params = unrolled(model, obs, start, first)
         state, stepped = start, []
         for t in range(T1):
-            p, state = model.step(obs[t], state, first[t])
+            p, state = model.act(obs[t], state, first[t])
             stepped.append(p)
     torch.testing.assert_close(params, torch.stack(stepped))
     if cls is A3C:
         assert model.unroll(obs, start, first)[1].shape == (T1, B)  # the values
     # zeroing is exact: env 1 from row 3 on equals a fresh unroll of rows 3.. from any state
     with torch.no_grad():
-        fresh = unrolled(model, obs[3:, 1:2], torch.randn(1, 2, 8), first[3:, 1:2])
+        fresh = unrolled(model, obs[3:, 1:2], torch.randn_like(model.initial_state(1)), first[3:, 1:2])
     torch.testing.assert_close(params[3:, 1:2], fresh)
     # env 0 never restarts after row 0: its rows 1.. depend on the whole history
     with torch.no_grad():
-        other = unrolled(model, obs[1:, 0:1], torch.zeros(1, 2, 8), first[1:, 0:1])
+        other = unrolled(model, obs[1:, 0:1], model.initial_state(1), first[1:, 0:1])
     assert not torch.allclose(params[1:, 0:1], other)
 
 
@@ -141,8 +147,8 @@ def target_copy(model):
 
 
 @pytest.mark.parametrize("cls", ALGOS)
-def test_no_gradient_crosses_into_the_previous_rollout(cls):
-    algo, model = make(cls=cls)
+def test_no_gradient_crosses_into_the_previous_rollout(cls, core):
+    algo, model = make(cls=cls, core=core)
     ro = rollout_with_ends()
     with torch.no_grad():
         for t in range(4):  # acting through a rollout carries the state
@@ -152,14 +158,15 @@ def test_no_gradient_crosses_into_the_previous_rollout(cls):
     assert start is not None and start.grad_fn is None and not start.requires_grad
     loss, _ = algo.loss(model, ro, target_copy(model))
     loss.backward()  # reaches the parameters through the unroll, and stops at the stored state
-    assert model.lstm.weight_hh.grad is not None and model.lstm.weight_hh.grad.abs().sum() > 0
+    grad = model.core.cell.weight_hh.grad
+    assert grad is not None and grad.abs().sum() > 0
 
 
-def test_the_recurrent_q_loss_steps_both_networks_from_the_stored_state():
+def test_the_recurrent_q_loss_steps_both_networks_from_the_stored_state(core):
     """By hand, step by step: Q(s_t, a_t) from the online net and max Q(s_{t+1}; theta^-) from
     the target net, both carried from the state stored at the rollout's start and zeroed at the
     new episode's first row; then the paper's n-step targets and the mean square."""
-    algo, model = make(cls=NStepQ)
+    algo, model = make(cls=NStepQ, core=core)
     target = target_copy(model)
     ro = rollout_with_ends()
     # the episode is truncated at step 1 (it bootstraps from row 2, the old episode's final
@@ -168,7 +175,7 @@ def test_the_recurrent_q_loss_steps_both_networks_from_the_stored_state():
     ro.ends[:, 0] = [False, True, False, False]
     ro.terminated[:] = False
     ro.actions[:, 0] = [1, 0, 1, 1]
-    algo.state = torch.randn(1, 2, 8)  # a state carried from earlier rollouts
+    algo.state = torch.randn_like(model.initial_state(1))  # a state carried from earlier rollouts
     algo.begin_rollout(model, 0)
     loss, _ = algo.loss(model, ro, target)
     with torch.no_grad():
@@ -176,8 +183,8 @@ def test_the_recurrent_q_loss_steps_both_networks_from_the_stored_state():
         s_online = s_target = algo.start_state
         for t in range(5):
             x, f = torch.from_numpy(ro.obs[t]), torch.from_numpy(ro.first[t])
-            out, s_online = model.step(x, s_online, f)
-            tout, s_target = target.step(x, s_target, f)
+            out, s_online = model.act(x, s_online, f)
+            tout, s_target = target.act(x, s_target, f)
             q.append(out[0])
             tq.append(float(tout[0].max()))
     g = 0.9
@@ -188,8 +195,8 @@ def test_the_recurrent_q_loss_steps_both_networks_from_the_stored_state():
 
 
 @pytest.mark.parametrize("cls", ALGOS)
-def test_checkpointed_state_round_trips_and_resumes_the_same_actions(cls):
-    algo, model = make(cls=cls)
+def test_checkpointed_state_round_trips_and_resumes_the_same_actions(cls, core):
+    algo, model = make(cls=cls, core=core)
     late, B = 10**9, 16  # late: the Q-learners' epsilon is at the worker's final value
     if cls is NStepQ:
         algo.eps_final = 0.0  # greedy: the actions follow the state alone
@@ -198,7 +205,7 @@ def test_checkpointed_state_round_trips_and_resumes_the_same_actions(cls):
         algo.act(model, obs[0], late, np.random.default_rng(0), np.ones(B, bool))
         saved = algo.worker_state()
         a1 = algo.act(model, obs[1], late, np.random.default_rng(5), np.zeros(B, bool))
-    other, _ = make(cls=cls)
+    other, _ = make(cls=cls, core=core)
     if cls is NStepQ:
         other.eps_final = 1.0  # the checkpoint's value replaces it
     other.load_worker_state(saved)
@@ -207,7 +214,7 @@ def test_checkpointed_state_round_trips_and_resumes_the_same_actions(cls):
     np.testing.assert_array_equal(a1, a2)
     torch.testing.assert_close(other.state, algo.state)
     if cls is NStepQ:
-        fresh, _ = make(cls=cls)  # the same step from a zero state acts otherwise
+        fresh, _ = make(cls=cls, core=core)  # the same step from a zero state acts otherwise
         fresh.eps_final = 0.0
         with torch.no_grad():
             a0 = fresh.act(model, obs[1], late, np.random.default_rng(5), np.zeros(B, bool))
@@ -217,24 +224,25 @@ def test_checkpointed_state_round_trips_and_resumes_the_same_actions(cls):
 def test_the_core_is_refused_for_sarsa_and_taken_by_the_q_learners():
     from asyncrl.errors import UserError
 
-    with pytest.raises(UserError, match="--core"):
-        Config(algo="onestep-sarsa", core="lstm").validate()
-    for algo in ("nstep-q", "onestep-q"):
-        Config(algo=algo, core="lstm").validate()
+    for core in CORES:
+        with pytest.raises(UserError, match="--core"):
+            Config(algo="onestep-sarsa", core=core).validate()
+        for algo in ("nstep-q", "onestep-q"):
+            Config(algo=algo, core=core).validate()
 
 
-def test_a_saved_recurrent_q_policy_keeps_its_state_and_acts_greedily():
+def test_a_saved_recurrent_q_policy_keeps_its_state_and_acts_greedily(core):
     from asyncrl.errors import UserError
     from asyncrl.policy import Policy
 
-    algo, model = make(cls=NStepQ)
+    algo, model = make(cls=NStepQ, core=core)
     policy = Policy(model, "nstep-q", algo.model_spec(), "Test-v0")
     obs = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32)
     actions = [policy.act(o) for o in obs]
     with torch.no_grad():
         state, expected = model.initial_state(1), []
         for o in obs:
-            q, state = model.step(torch.from_numpy(o)[None], state, torch.tensor([False]))
+            q, state = model.act(torch.from_numpy(o)[None], state, torch.tensor([False]))
             expected.append(int(q.argmax()))
     assert actions == expected
     torch.testing.assert_close(policy.state, state)

@@ -12,13 +12,13 @@ Per rollout of up to t_max steps (of each of the worker's envs):
 pi is whatever distribution the action space calls for (softmax for Discrete, Gaussian for
 Box): this file only asks it for log_prob, entropy, sample and mode.
 
-With ``--core lstm`` (the paper's recurrent agent) this worker's algorithm state holds one (h, c)
-per env, carried from rollout to rollout: the state at the start of a rollout is kept, and the
-loss recomputes the rollout's sequence from it in one unroll (truncated backpropagation over the
-rollout: no gradient reaches the previous one). The state restarts from zero at the first
-observation of each episode: with next-step autoreset that is the row *after* the reset step
-(the row of the reset step holds the old episode's final observation, whose value the
-bootstrap needs with the old episode's state).
+The network's core carries a state per env from rollout to rollout (empty for the identity
+core; (h, c) for ``--core lstm``, the paper's recurrent agent): the state at the start of a
+rollout is kept, and the loss recomputes the rollout from it in one unroll (truncated
+backpropagation over the rollout: no gradient reaches the previous one). A recurrent state
+restarts from zero at the first observation of each episode: with next-step autoreset that is
+the row *after* the reset step (the row of the reset step holds the old episode's final
+observation, whose value the bootstrap needs with the old episode's state).
 
 The gradient of the whole rollout comes from one batched forward and backward pass, which equals
 the paper's per-step accumulation of d(theta) (tests/test_optim.py checks this). Deviation: the
@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 
 from asyncrl.algos.base import Algorithm, model_spec_for
-from asyncrl.models import ActorCritic, ModelSpec
+from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 from asyncrl.targets import gae_advantages, nstep_returns
 
@@ -46,33 +45,21 @@ class A3C(Algorithm):
     def model_spec(self) -> ModelSpec:
         return model_spec_for(self.cfg, "actor-critic", self.info)
 
-    def act(self, model, obs, global_step, rng, first=None):
-        params = self.recurrent_step(model, obs, first) if self.recurrent else model.policy(obs)
-        return model.distribution(params).sample(rng)
+    def act(self, model, obs, global_step, rng, first):
+        return model.distribution(self.network_step(model, obs, first)).sample(rng)
 
     @staticmethod
-    def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        assert isinstance(model, ActorCritic)
-        return model.distribution(model.policy(obs)).mode()
+    def eval_step(model, obs, state, first, deterministic, rng):
+        params, state = model.act(obs, state, first)
+        dist = model.distribution(params)
+        return (dist.mode().numpy() if deterministic else dist.sample(rng)), state
 
     def loss(self, model, rollout: Rollout, target_model=None):
         cfg = self.cfg
         T, B = rollout.t_max, rollout.num_envs
-        if self.recurrent:
-            assert self.start_state is not None
-            obs = torch.from_numpy(rollout.obs)
-            params, values = model.unroll(obs, self.start_state, torch.from_numpy(rollout.first))
-            params = params[:T]  # values keep the bootstrap row (T+1, B)
-        else:
-            # the bootstrap row s_T is only a target: no gradient, so no backward pass over it
-            # (on Atari that is a sixth of the backward pass saved, for one small forward)
-            obs = rollout.obs_tensor()
-            params, values = model(obs[: T * B])
-            with torch.no_grad():
-                v_last = model.value(obs[T * B :])
-            values = torch.cat([values, v_last])
-        dist = model.distribution(params.view(T, B, -1))
-        values = values.view(T + 1, B)
+        params, values = self.unroll(model, rollout)  # (T+1, B, ...), (T+1, B)
+        params = params[:T]  # the values keep the bootstrap row
+        dist = model.distribution(params)
         v = values[:T]
         v_np = v.detach().numpy()
         next_v = values[1:].detach().numpy()  # after an episode end: V(final observation)

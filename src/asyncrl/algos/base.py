@@ -2,9 +2,15 @@
 the algorithm never knows which backend runs it.
 
 An :class:`Algorithm` instance lives in one worker: its attributes are that worker's algorithm
-state (the Q-learners' exploration draw, Sarsa's pending next action, a recurrent state), set
-up in :meth:`start_worker`, carried across rollouts through the hooks :meth:`begin_rollout` and
-:meth:`end_rollout`, and checkpointed through :meth:`worker_state`.
+state (the Q-learners' exploration draw, Sarsa's pending next action, the network core's state),
+set up in :meth:`start_worker`, carried across rollouts through the hooks :meth:`begin_rollout`
+and :meth:`end_rollout`, and checkpointed through :meth:`worker_state`.
+
+Acting and learning go through the network's two calls (:mod:`asyncrl.models`): ``act`` on one
+step with the core's state, ``unroll`` over a rollout from the state at its start. Every core
+has a state (the identity's is empty), so nothing here knows whether the network is recurrent.
+Evaluation (:class:`asyncrl.policy.Policy`) acts through :meth:`Algorithm.eval_step`, on the
+same network call, with a state of its own.
 """
 
 from __future__ import annotations
@@ -38,10 +44,10 @@ class Algorithm(ABC):
     def __init__(self, cfg: Config, info: EnvInfo):
         self.cfg = cfg
         self.info = info
-        # --core lstm: one (h, c) per env of this worker, carried from rollout to rollout; the
-        # state at a rollout's start is kept for the loss to recompute the sequence from it
-        self.recurrent = cfg.core == "lstm"
-        self.state: torch.Tensor | None = None  # (B, 2, H)
+        # the core's state of each env of this worker, carried from rollout to rollout (empty
+        # for the identity core); the state at a rollout's start is kept for the loss, which
+        # recomputes the rollout from it
+        self.state: torch.Tensor | None = None
         self.start_state: torch.Tensor | None = None
 
     @abstractmethod
@@ -64,23 +70,33 @@ class Algorithm(ABC):
 
     def worker_state(self) -> dict[str, Any]:
         """This worker's algorithm state, for a checkpoint."""
-        return {} if self.state is None else {"lstm": self.state.numpy().copy()}
+        return {} if self.state is None else {"core": self.state.numpy().copy()}
 
     def load_worker_state(self, state: dict[str, Any]) -> None:
-        if "lstm" in state:
-            self.state = torch.from_numpy(state["lstm"])
+        core = state.get("core", state.get("lstm"))  # "lstm": checkpoints before --core gru
+        if core is not None:
+            self.state = torch.from_numpy(core)
 
     def begin_rollout(self, model: nn.Module, global_step: int) -> None:
-        """Called before the first step of a rollout: a recurrent state is stored here."""
-        if self.recurrent:
-            self.start_state = self.state  # None until the first step: zeros then
+        """Called before the first step of a rollout: the core's state is stored here."""
+        self.start_state = self.state  # None until the first step: zeros then
 
-    def recurrent_step(self, model: Any, obs: torch.Tensor, first: np.ndarray) -> torch.Tensor:
-        """The recurrent model's output for this step, carrying this worker's state."""
+    def network_step(self, model: Any, obs: torch.Tensor, first: np.ndarray) -> torch.Tensor:
+        """The network's output for this step (distribution parameters, or Q values), carrying
+        this worker's core state."""
         if self.state is None:
             self.state = self.start_state = model.initial_state(obs.shape[0])
-        out, self.state = model.step(obs, self.state, torch.from_numpy(first))
+        out, self.state = model.act(obs, self.state, torch.from_numpy(first))
         return out
+
+    def unroll(self, model: Any, rollout: Rollout) -> Any:
+        """The network over the whole rollout ``(T+1, B, ...)``, recomputed from the core's state
+        at its start (PFRL's way for recurrent nets; one batched pass for feed-forward ones)."""
+        start = self.start_state
+        if start is None:  # no step acted yet: the zero state
+            start = model.initial_state(rollout.num_envs)
+        obs, first = torch.from_numpy(rollout.obs), torch.from_numpy(rollout.first)
+        return model.unroll(obs, start, first)
 
     def end_rollout(  # noqa: B027
         self, model: nn.Module, rollout: Rollout, global_step: int, rng: np.random.Generator
@@ -110,8 +126,17 @@ class Algorithm(ABC):
 
     @staticmethod
     @abstractmethod
-    def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        """The evaluation policy's actions (the mode, or argmax Q) for a batch."""
+    def eval_step(
+        model: Any,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        first: torch.Tensor,
+        deterministic: bool,
+        rng: np.random.Generator,
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """The evaluation policy's actions for a batch (the mode, or argmax Q; a sample with
+        ``deterministic=False`` where the algorithm has a stochastic policy) and the core's new
+        state; under no_grad. The same network call as :meth:`act`, with the caller's state."""
 
 
 def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInfo) -> ModelSpec:

@@ -36,14 +36,15 @@ class OneStepSarsa(ValueBased):
     def horizon(self) -> int:
         return 1
 
-    def act(self, model, obs, global_step, rng, first=None):
+    def act(self, model, obs, global_step, rng, first):
         if self.pending is not None:
             action, self.pending = self.pending, None
             return action
         return super().act(model, obs, global_step, rng, first)
 
     def end_rollout(self, model, rollout, global_step, rng):
-        self.pending = super().act(model, torch.from_numpy(rollout.obs[-1]), global_step, rng)
+        obs = torch.from_numpy(rollout.obs[-1])
+        self.pending = super().act(model, obs, global_step, rng, rollout.first[-1])
 
     def bootstrap(self, target_q, rollout):
         assert self.pending is not None

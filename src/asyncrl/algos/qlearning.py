@@ -3,9 +3,11 @@
 * a Q-network, acting epsilon-greedily; each worker anneals epsilon from ``eps_start`` to a
   final value of its own, drawn from {0.1, 0.01, 0.5} with probabilities {0.4, 0.3, 0.3}
   (configurable), so the workers explore differently -- the paper's substitute for replay;
-* with ``--core lstm`` an LSTM between the encoder and the Q head, its state carried and
-  stored as A3C's (:mod:`asyncrl.algos.a3c`); n-step and one-step Q take it (not Sarsa, whose
-  pending next action is chosen a step ahead of the state);
+* the network's core state carried and stored as A3C's (:mod:`asyncrl.algos.a3c`); n-step and
+  one-step Q take a recurrent core (not Sarsa, whose pending next action is chosen a step ahead
+  of the state). The target network unrolls from the state the online network carried (R2D2's
+  "stored state"; theta^- has no state of its own to carry): with a target copied every few
+  thousand updates the two differ little;
 * a shared target network theta^-, copied from the global parameters once every
   ``target_update`` global steps (:meth:`asyncrl.state.GlobalState.apply_update`);
 * the loss (y_t - Q(s_t, a_t; theta))^2 summed over the valid transitions of the rollout and
@@ -19,9 +21,9 @@ from abc import abstractmethod
 
 import numpy as np
 import torch
-from torch import nn
 
 from asyncrl.algos.base import Algorithm, model_spec_for
+from asyncrl.errors import UserError
 from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 from asyncrl.targets import nstep_returns
@@ -50,9 +52,8 @@ class ValueBased(Algorithm):
         frac = min(1.0, global_step / cfg.eps_anneal_steps)
         return cfg.eps_start + frac * (self.eps_final - cfg.eps_start)
 
-    def act(self, model, obs, global_step, rng, first=None):
-        q = self.recurrent_step(model, obs, first) if self.recurrent else model(obs)
-        actions = q.argmax(-1).numpy()
+    def act(self, model, obs, global_step, rng, first):
+        actions = self.network_step(model, obs, first).argmax(-1).numpy()
         self.last_epsilon = eps = self.epsilon(global_step)
         explore = rng.random(actions.shape[0]) < eps
         if explore.any():
@@ -60,8 +61,14 @@ class ValueBased(Algorithm):
         return actions
 
     @staticmethod
-    def greedy(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        return model(obs).argmax(-1)
+    def eval_step(model, obs, state, first, deterministic, rng):
+        if not deterministic:  # before the state moves on
+            raise UserError(
+                "the Q methods learn Q values and act greedily at evaluation; their exploration "
+                "epsilon is a training schedule, not a policy: evaluate them deterministically"
+            )
+        q, state = model.act(obs, state, first)
+        return q.argmax(-1).numpy(), state
 
     @abstractmethod
     def horizon(self) -> int:
@@ -74,13 +81,9 @@ class ValueBased(Algorithm):
     def loss(self, model, rollout: Rollout, target_model=None):
         assert target_model is not None, "the Q methods bootstrap from the target network"
         T, B = rollout.t_max, rollout.num_envs
-        obs = rollout.obs_tensor().unflatten(0, (T + 1, B))
-        if self.recurrent:
-            q, target_q = self._recurrent_values(model, target_model, obs, rollout)
-        else:
-            q = model(obs[:T].flatten(0, 1)).unflatten(0, (T, B))
-            with torch.no_grad():  # theta^- never receives gradients
-                target_q = target_model(obs[1:].flatten(0, 1)).unflatten(0, (T, B)).numpy()
+        q = self.unroll(model, rollout)[:T]
+        with torch.no_grad():  # theta^- never receives gradients
+            target_q = self.unroll(target_model, rollout)[1:].numpy()
         q_sa = q.gather(-1, rollout.actions_tensor().unsqueeze(-1)).squeeze(-1)
         targets = nstep_returns(
             rollout.rewards,
@@ -101,18 +104,3 @@ class ValueBased(Algorithm):
             "train/mean_max_q": float(max_q),
             "train/epsilon": self.last_epsilon,
         }
-
-    def _recurrent_values(
-        self, model: nn.Module, target_model: nn.Module, obs: torch.Tensor, rollout: Rollout
-    ) -> tuple[torch.Tensor, np.ndarray]:
-        """Q(s_t, .) for t < T and Q(s_{t+1}, .; theta^-), both unrolled over the rollout from
-        the state stored at its start. The target network starts from the state the online
-        network carried (R2D2's "stored state"; theta^- has no state of its own to carry):
-        with a target copied every few thousand updates the two differ little."""
-        assert self.start_state is not None
-        T = rollout.t_max
-        first = torch.from_numpy(rollout.first)
-        q = model.unroll(obs, self.start_state, first)[:T]  # type: ignore[operator]
-        with torch.no_grad():
-            target_q = target_model.unroll(obs, self.start_state, first)[1:]  # type: ignore[operator]
-        return q, target_q.numpy()
