@@ -187,7 +187,8 @@ def time_pieces(
     env.close()
     x = torch.from_numpy(obs)
     with torch.no_grad():
-        act_s = timeit(lambda: algo.act(model, x, 0, rng), args.steps) / B
+        first = np.zeros(B, bool)
+        act_s = timeit(lambda: algo.act(model, x, 0, rng, first), args.steps) / B
     ro = Rollout.for_env(T, B, info)
     ro.obs[:] = rng.integers(0, 256, ro.obs.shape, dtype=np.uint8)
     ro.actions[:] = rng.integers(n, size=ro.actions.shape)
