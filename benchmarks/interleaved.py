@@ -1,0 +1,78 @@
+"""A/B of two source trees on the same machine: whole `asyncrl train` processes run alternately
+(A, B, A, B, ...) on the same seeds, so a slow minute of the machine falls on both. For a
+refactor that must keep behaviour and speed ("within 5% of the code before the change").
+
+Each tree is a directory holding the `asyncrl` package (e.g. a git worktree's `src`); it is put
+first on PYTHONPATH of its runs. Prints the median whole-process time of each, the ratio B / A,
+the runs that reached the target, and the command.
+
+    git worktree add /tmp/before HEAD~3
+    python benchmarks/interleaved.py /tmp/before/src src --seeds 10
+    python benchmarks/interleaved.py /tmp/before/src src --seeds 3 -- \
+        --env PongNoFrameskip-v4 --steps 20000 --target-return 1e9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run(src: Path, seed: int, extra: list[str], run_dir: Path) -> dict:
+    cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--seed", str(seed)]
+    cmd += ["--run-dir", str(run_dir), "--no-progress", *extra]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src.resolve())])}
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{src}: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {**summary, "process_seconds": wall}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("a", type=Path, help="source tree A (the code before)")
+    p.add_argument("b", type=Path, help="source tree B (the code after)")
+    p.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default: 10)")
+    p.add_argument("extra", nargs="*", help="arguments for `asyncrl train` (after --)")
+    args = p.parse_args()
+    results: dict[str, list[dict]] = {"A": [], "B": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(args.seeds):
+            order = ("A", "B") if seed % 2 == 0 else ("B", "A")  # neither always goes first
+            for name in order:
+                src = args.a if name == "A" else args.b
+                s = run(src, seed, args.extra, Path(tmp) / f"{name}-{seed}")
+                results[name].append(s)
+                print(
+                    f"seed {seed} {name}: {s['process_seconds']:.1f} s, "
+                    f"{s['total_steps']:,} steps, {s['frames_per_second']:,.0f} frames/s, "
+                    f"solved={s['solved']}",
+                    flush=True,
+                )
+    med = {k: statistics.median(r["process_seconds"] for r in v) for k, v in results.items()}
+    fps = {k: statistics.median(r["frames_per_second"] for r in v) for k, v in results.items()}
+    for k in ("A", "B"):
+        solved = sum(r["solved"] for r in results[k])
+        print(
+            f"{k} ({args.a if k == 'A' else args.b}): median {med[k]:.2f} s whole process, "
+            f"{fps[k]:,.0f} frames/s in training, solved {solved}/{args.seeds}"
+        )
+    print(f"B / A: time {med['B'] / med['A']:.3f}, frames/s {fps['B'] / fps['A']:.3f}")
+    cmd = ["python", "benchmarks/interleaved.py", str(args.a), str(args.b)]
+    cmd += ["--seeds", str(args.seeds)] + (["--", *args.extra] if args.extra else [])
+    print("command:", shlex.join(cmd))
+
+
+if __name__ == "__main__":
+    main()
