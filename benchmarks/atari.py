@@ -127,7 +127,7 @@ def ceiling(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     cfg = preset(None, env=args.env).validate()
     T, B = args.t_max or cfg.t_max, args.envs or cfg.envs_per_worker
-    info = probe_env(cfg.env, cfg.algo)
+    info = probe_env(cfg.env)
     algo = make_algorithm(cfg, info)
     model = build_model(algo.model_spec())
     rows: dict[str, list[float]] = {"env": [], "act": [], "learn": [], "peak": []}

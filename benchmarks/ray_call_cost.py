@@ -22,8 +22,8 @@ import numpy as np
 
 import asyncrl
 from asyncrl.algos import make_algorithm
-from asyncrl.backends.cluster import start_ray
 from asyncrl.backends.ray import ParameterServer
+from asyncrl.backends.ray.cluster import start_ray
 from asyncrl.envs import probe_env
 from asyncrl.state import GlobalState
 
@@ -44,7 +44,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=2000)
     args = p.parse_args()
     cfg = asyncrl.Config(backend="ray").validate()
-    info = probe_env(cfg.env, cfg.algo)
+    info = probe_env(cfg.env)
     state = GlobalState.create(cfg, make_algorithm(cfg, info).model_spec(), 1, False, False)
     params = state.params.numpy()
     local = [server_us_per_gradient(cfg, state, args.calls) for _ in range(args.repeats)]

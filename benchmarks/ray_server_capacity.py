@@ -30,8 +30,8 @@ import numpy as np
 
 import asyncrl
 from asyncrl.algos import make_algorithm
-from asyncrl.backends.cluster import start_ray
 from asyncrl.backends.ray import ParameterServer, shard_bounds, shard_snapshot
+from asyncrl.backends.ray.cluster import start_ray
 from asyncrl.envs import probe_env
 from asyncrl.state import GlobalState
 
@@ -40,7 +40,7 @@ MODELS = {"cartpole-mlp": "CartPole-v1", "atari-a3c-net": "PongNoFrameskip-v4"}
 
 def setup(env: str, batch: int) -> tuple[asyncrl.Config, GlobalState]:
     cfg = asyncrl.preset(None, env=env, backend="ray", ray_batch=batch).validate()
-    info = probe_env(cfg.env, cfg.algo)
+    info = probe_env(cfg.env)
     return cfg, GlobalState.create(cfg, make_algorithm(cfg, info).model_spec(), 1, False, False)
 
 

@@ -22,7 +22,7 @@ t0 = time.perf_counter()
 import ray
 t1 = time.perf_counter()
 import asyncrl
-from asyncrl.backends.cluster import start_ray
+from asyncrl.backends.ray.cluster import start_ray
 start = time.perf_counter()
 start_ray(asyncrl.Config(backend="ray"))
 t2 = time.perf_counter()

@@ -51,7 +51,7 @@ def timed(fn: Any, name: str, acc: collections.Counter) -> Any:
 
 def profile(cfg: Config) -> tuple[collections.Counter, float]:
     torch.set_num_threads(1)
-    info = probe_env(cfg.env, cfg.algo)
+    info = probe_env(cfg.env)
     algo = make_algorithm(cfg, info)
     state = GlobalState.create(cfg, algo.model_spec(), 1, algo.uses_target_network)
     shared = SharedMemory.create(state, 1)

@@ -228,8 +228,8 @@ def test_env_kwargs_override_the_versions_settings_in_training_and_evaluation(ru
     assert env.settings.repeat_action_probability == 0.0  # v5's own is 0.25
     env.close()
     full = {"full_action_space": True}
-    assert probe_env("ALE/Pong-v5", "a3c").action.n == 6
-    assert probe_env("ALE/Pong-v5", "a3c", full).action.n == 18  # the model follows
+    assert probe_env("ALE/Pong-v5").action.n == 6
+    assert probe_env("ALE/Pong-v5", full).action.n == 18  # the model follows
     eval_env = make_eval_env("PongNoFrameskip-v4", 0, kwargs=full | no_sticky)
     assert eval_env.action_space.n == 18
     assert eval_env.unwrapped.ale.getFloat("repeat_action_probability") == 0.0
@@ -263,11 +263,11 @@ def test_the_atari_preset_and_probe():
     assert auto_preset("PongNoFrameskip-v4") == "atari" == auto_preset("ALE/Breakout-v5")
     assert auto_preset("CartPole-v1") == "cartpole" and auto_preset("Pendulum-v1") == "control"
     assert auto_preset("MinAtar/Breakout-v1") == "minatar"
-    info = probe_env("ALE/Pong-v5", "a3c")
+    info = probe_env("ALE/Pong-v5")
     assert info.obs_shape == (4, 84, 84) and info.obs_dtype == "uint8"
     assert info.frames_per_step == 4 and info.action.n == 6
     with pytest.raises(UserError, match="unknown environment id"):
-        probe_env("ALE/NoSuchGame-v5", "a3c")
+        probe_env("ALE/NoSuchGame-v5")
 
 
 def test_the_worker_learns_across_a_lost_life_and_reports_whole_games(monkeypatch):
@@ -291,7 +291,7 @@ def test_the_worker_learns_across_a_lost_life_and_reports_whole_games(monkeypatc
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", Recording)
     cfg = preset("atari", env="BreakoutNoFrameskip-v4", envs_per_worker=1, steps=1500).validate()
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     algo = Recording(cfg, info)
     state = GlobalState.create(cfg, algo.model_spec(), 1, False)
     outbox = []

@@ -26,7 +26,7 @@ def test_box_envs_pick_the_continuous_presets():
 
 def test_the_initial_log_std_reaches_the_gaussian():
     cfg = preset("control", env="Pendulum-v1", log_std_init=-0.5)
-    model = build_model(make_algorithm(cfg, probe_env(cfg.env, "a3c")).model_spec())
+    model = build_model(make_algorithm(cfg, probe_env(cfg.env)).model_spec())
     params = model.policy(torch.zeros(3, 3))
     std = model.distribution(params).std
     torch.testing.assert_close(std, torch.full((3, 1), float(torch.tensor(-0.5).exp())))

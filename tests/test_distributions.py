@@ -83,7 +83,7 @@ def test_box_actions_are_clipped_or_squashed_for_the_env_and_kept_raw_for_the_lo
     cfg = Config(
         env="Pendulum-v1", steps=400, t_max=4, envs_per_worker=2, gaussian_std=std, squash=squash
     )
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     state = GlobalState.create(cfg, Recording(cfg, info).model_spec(), 1, False)
     with torch.no_grad():
         state.params.zero_()  # mean 0; log-std 0 (std 1) or softplus(0) (std ~0.69)
@@ -146,4 +146,4 @@ def test_squash_is_refused_for_discrete_actions():
 
     cfg = Config(env="CartPole-v1", squash=True)
     with pytest.raises(UserError, match=r"--squash: .*Discrete"):
-        make_algorithm(cfg, probe_env(cfg.env, "a3c")).model_spec()
+        make_algorithm(cfg, probe_env(cfg.env)).model_spec()

@@ -51,7 +51,7 @@ def run(env_id, steps, t_max, monkeypatch):
     monkeypatch.setitem(algos.REGISTRY, "a3c", Recording)
     Recording.seen = []
     cfg = Config(env=env_id, steps=steps, t_max=t_max, envs_per_worker=1, hidden=(4,))
-    info = probe_env(env_id, "a3c")
+    info = probe_env(env_id)
     model = build_model(Recording(cfg, info).model_spec())
     params = flatten_parameters(model)
     shared, outbox = make_shared(params), Outbox()
@@ -91,7 +91,7 @@ def test_worker_error_is_reported_not_swallowed(monkeypatch):
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", Broken)
     cfg = Config(steps=100, t_max=2, envs_per_worker=1, hidden=(4,))
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     params = flatten_parameters(build_model(Broken(cfg, info).model_spec()))
     shared = make_shared(params, workers=4)
     before = params.clone()
@@ -137,7 +137,7 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
         eps_finals=(0.5,),
         eps_probs=(1.0,),
     )
-    info = probe_env(cfg.env, cfg.algo)
+    info = probe_env(cfg.env)
     params = flatten_parameters(build_model(RecordingSarsa(cfg, info).model_spec()))
     shared = make_shared(params, target=params.clone())
     run_worker(0, 0, cfg, info, shared, None, Outbox())
@@ -158,7 +158,7 @@ def test_nonfinite_updates_are_never_applied(monkeypatch):
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", NaNLoss)
     cfg = Config(steps=10_000, t_max=2, envs_per_worker=1, hidden=(4,), max_nonfinite=3)
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     params = flatten_parameters(build_model(NaNLoss(cfg, info).model_spec()))
     shared = make_shared(params)
     before = params.clone()
@@ -173,7 +173,7 @@ def test_nonfinite_updates_are_never_applied(monkeypatch):
 
 def test_a_finished_worker_leaves_a_snapshot_of_its_state():
     cfg = Config(steps=64, t_max=4, envs_per_worker=2, hidden=(4,))
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
     shared, outbox = make_shared(params), Outbox()
     run_worker(0, 0, cfg, info, shared, None, outbox)
@@ -187,7 +187,7 @@ def test_a_finished_worker_leaves_a_snapshot_of_its_state():
 
 def test_workers_report_their_learner_statistics():
     cfg = Config(steps=2_000, t_max=4, envs_per_worker=2, hidden=(4,))
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
     shared, outbox = make_shared(params), Outbox()
     run_worker(0, 0, cfg, info, shared, None, outbox)
@@ -215,7 +215,7 @@ def test_a_rollout_with_no_valid_transition_makes_no_update(monkeypatch):
     # one env, one-step rollouts: the rollout right after each episode end holds only the
     # masked reset step; it must not reach the optimizer (RMSProp would decay its statistics)
     cfg = Config(env="asyncrl-test/Counter-v0", steps=12, t_max=1, envs_per_worker=1, hidden=(4,))
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
     CountingRMSprop.steps = 0
     shared = make_shared(params, optimizer=CountingRMSprop(params, 1e-3))
@@ -260,7 +260,7 @@ def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", Watching)
     cfg = Config(steps=12, t_max=4, envs_per_worker=2, hidden=(4,), normalize_obs=True)
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     state = GlobalState.create(cfg, Watching(cfg, info).model_spec(), 1, False)
     assert state.obs_stats is not None
     run_worker(0, 0, cfg, info, SharedMemory.create(state, 1), None, Outbox())
@@ -281,7 +281,7 @@ def test_a_non_finite_action_is_the_policys_fault_not_the_envs(monkeypatch):
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", NaNPolicy)
     cfg = Config(env="Pendulum-v1", steps=50, t_max=4, envs_per_worker=2, hidden=(4,))
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     params = flatten_parameters(build_model(NaNPolicy(cfg, info).model_spec()))
     outbox = Outbox()
     run_worker(0, 0, cfg, info, make_shared(params), None, outbox)

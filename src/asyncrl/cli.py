@@ -10,6 +10,7 @@ import sys
 import threading
 import types
 import typing
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from asyncrl.config import PRESETS, Config, field_docs, preset
@@ -109,23 +110,25 @@ def build_parser() -> argparse.ArgumentParser:
 def _train(ns: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(Config)}
     # nargs="+" options arrive as lists; the config holds tuples
-    given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if k in fields}
-    cfg = None if ns.resume is not None else preset(ns.preset, **given)
-    if cfg is not None and cfg.backend == "ray":
-        from asyncrl.envs import probe_env
+    given: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if k in fields
+    }
+    if ns.resume is not None:  # the run's own config: train probes its env and opens its cluster
+        from asyncrl.trainer import train
 
-        # a bad config or env id is refused before Ray starts (and prints lines of its own)
-        probe_env(cfg.validate().env, cfg.algo, cfg.env_kwargs_dict)
-        _start_ray_while_importing(cfg)
-    from asyncrl.trainer import train
+        s = train(resume=ns.resume, **given)
+    else:
+        from asyncrl.envs import parse_env_kwargs, probe_env
 
-    try:
-        s = train(resume=ns.resume, **given) if cfg is None else train(cfg)
-    finally:
-        if "asyncrl.backends.cluster" in sys.modules:
-            from asyncrl.backends.cluster import stop_ray
+        # The env's one probe: it picks the preset and goes to train, which builds no env of
+        # its own; a bad env id (or config) is refused here, before Ray starts.
+        env = given.get("env", Config.env)
+        info = probe_env(env, parse_env_kwargs(given.get("env_kwargs", ())))
+        cfg = preset(ns.preset, info=info, **given).validate()
+        with _cluster_while_importing(cfg):
+            from asyncrl.trainer import train
 
-            stop_ray()
+            s = train(cfg, info=info)
     if s["solved"]:
         print(
             f"solved: mean return {s['rolling_return']:.1f} >= {s['target_return']:g} after "
@@ -141,23 +144,32 @@ def _train(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _start_ray_while_importing(cfg: Config) -> None:
-    """Start Ray while PyTorch and the trainer are imported: ``ray.init`` spends most of its
-    seconds waiting for Ray's own processes to come up, time in which a thread imports what the
-    run needs next. (Nothing has imported PyTorch yet: the config and the parser do not.)"""
-    from asyncrl.backends.cluster import start_ray
+@contextlib.contextmanager
+def _cluster_while_importing(cfg: Config) -> Iterator[None]:
+    """The run's cluster (:func:`asyncrl.backends.cluster_for`), the one ``train`` enters too,
+    entered here first, while PyTorch and the trainer are imported: ``ray.init`` spends most of
+    its seconds waiting for Ray's own processes to come up, time in which a thread imports what
+    the run needs next. (Nothing has imported PyTorch yet: the config and the parser do not.)
+    Train's block inside this one shares the cluster; this one ends it."""
+    from asyncrl.backends import cluster_for
+
+    if cfg.backend != "ray":  # nothing to start: no time to fill
+        yield
+        return
 
     def load() -> None:
         # an import that fails here fails again, with its one-line error, in the main thread
         with contextlib.suppress(Exception):
             importlib.import_module("asyncrl.trainer")
 
-    importer = threading.Thread(target=load, name="asyncrl-import", daemon=True)
-    importer.start()
-    try:
-        start_ray(cfg)
-    finally:  # never leave a thread in the middle of an import behind
-        importer.join()
+    with contextlib.ExitStack() as stack:
+        importer = threading.Thread(target=load, name="asyncrl-import", daemon=True)
+        importer.start()
+        try:
+            stack.enter_context(cluster_for(cfg))
+        finally:  # never leave a thread in the middle of an import behind
+            importer.join()
+        yield
 
 
 def _eval(ns: argparse.Namespace) -> int:

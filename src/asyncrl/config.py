@@ -11,7 +11,7 @@ import os
 import textwrap
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from asyncrl.errors import UserError
 
@@ -462,38 +462,43 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+if TYPE_CHECKING:
+    from asyncrl.envs import EnvInfo
+
+
 def auto_preset(env: str, env_kwargs: tuple[str, ...] = ()) -> str:
     """The preset an env id selects when the user names none: atari for ALE games, minatar
     for MinAtar, mujoco for Gymnasium's MuJoCo tasks, box2d for Box2D's with Box actions,
-    control for other Box actions, cartpole (the vector-observation defaults) otherwise."""
+    control for other Box actions, cartpole (the vector-observation defaults) otherwise
+    (:func:`asyncrl.envs.preset_for`).
+
+    Where the id does not tell, the action space does, and this probes the env. A caller that
+    goes on to train probes it itself, once (:func:`asyncrl.envs.probe_env`), and hands the
+    probe, which names the same preset, to :func:`preset` and :func:`asyncrl.train`."""
     plain = env.rpartition(":")[2]
     if plain.startswith("MinAtar/"):
         return "minatar"
-    import gymnasium as gym
-
-    from asyncrl.envs import env_spec, is_atari, is_box2d, is_mujoco, parse_env_kwargs
+    from asyncrl.envs import env_spec, parse_env_kwargs, preset_for, probe_env
 
     try:
-        spec = env_spec(env)
-        if is_atari(spec):
-            return "atari"
-        if is_mujoco(spec):
-            return "mujoco"
-        env_ = gym.make(spec.id, **parse_env_kwargs(env_kwargs))
-        box = isinstance(env_.action_space, gym.spaces.Box)
-        env_.close()
+        name = preset_for(env_spec(env))
+        return name or probe_env(env, parse_env_kwargs(env_kwargs)).preset
     except Exception:  # an unknown or broken env: train reports it properly
         return "cartpole"
-    if not box:
-        return "cartpole"
-    return "box2d" if is_box2d(spec) else "control"
 
 
-def preset(name: str | None, **overrides: Any) -> Config:
+def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -> Config:
     """A :class:`Config` from a named preset with ``overrides`` applied; ``None`` picks the
-    preset from the env (:func:`auto_preset`)."""
+    preset the env calls for: the one ``info`` names (the env's probe, which then need not be
+    made again: :func:`asyncrl.envs.probe_env`), else :func:`auto_preset`'s."""
     if name is None:
-        name = auto_preset(overrides.get("env", Config.env), overrides.get("env_kwargs", ()))
+        env = overrides.get("env", Config.env)
+        if info is None:
+            name = auto_preset(env, overrides.get("env_kwargs", ()))
+        else:
+            from asyncrl.envs import probed
+
+            name = probed(info, env).preset
     if name not in _PRESETS:
         raise UserError(f"--preset: unknown preset {name!r}, choose one of {', '.join(_PRESETS)}")
     return Config(**{**_PRESETS[name], **overrides})

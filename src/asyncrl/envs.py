@@ -95,6 +95,8 @@ class EnvInfo:
     max_episode_steps: int | None = None
     #: emulator frames per agent step (4 for Atari with action repeat 4)
     frames_per_step: int = 1
+    #: the preset the env calls for where the user names none (:func:`preset_for`)
+    preset: str = "cartpole"
 
     @property
     def obs_dim(self) -> int:
@@ -209,9 +211,35 @@ def parse_env_kwargs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
     return out
 
 
-def probe_env(env_id: str, algo: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
+def preset_for(
+    spec: gym.envs.registration.EnvSpec, action: ActionSpace | None = None
+) -> str | None:
+    """The preset (:mod:`asyncrl.config`) an env calls for where the user names none: atari for
+    ALE games, minatar for MinAtar, mujoco for Gymnasium's MuJoCo tasks, box2d for Box2D's with
+    Box actions, control for other Box actions, cartpole (the vector-observation defaults)
+    otherwise. None: the action space decides, and ``action`` is not given (the env was not
+    built)."""
+    if spec.id.startswith("MinAtar/"):
+        return "minatar"
+    if is_atari(spec):
+        return "atari"
+    if is_mujoco(spec):
+        return "mujoco"
+    if action is None:
+        return None
+    if action.kind != "box":
+        return "cartpole"
+    return "box2d" if is_box2d(spec) else "control"
+
+
+def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
     """Build the env once to read its spaces; reject spaces no algorithm can handle. Whether
-    the algorithm takes the action space is the algorithm's call (``Algorithm.check``)."""
+    the algorithm takes the action space is the algorithm's call (``Algorithm.check``).
+
+    One probe per run: on Atari it builds the emulator's vector env. Its :class:`EnvInfo` also
+    names the preset the env calls for, so whoever probed first hands it on (the CLI to
+    :func:`asyncrl.config.preset` and :func:`asyncrl.train`, which then builds nothing more;
+    :func:`probed` checks that a probe handed on is the run's)."""
     spec = env_spec(env_id)
     try:
         # Atari: the training env itself (the evaluation one needs OpenCV)
@@ -270,7 +298,17 @@ def probe_env(env_id: str, algo: str, kwargs: dict[str, Any] | None = None) -> E
         reward_threshold=spec.reward_threshold,
         max_episode_steps=spec.max_episode_steps,
         frames_per_step=4 if is_atari(spec) else 1,  # the DeepMind action repeat
+        preset=preset_for(spec, action) or "cartpole",
     )
+
+
+def probed(info: EnvInfo | None, env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
+    """``info``, the probe a caller made of ``env_id`` already, or (None) a probe of it now."""
+    if info is None:
+        return probe_env(env_id, kwargs)
+    if info.env_id != env_id:
+        raise UserError(f"info: a probe of {info.env_id!r}, but the run's env is {env_id!r}")
+    return info
 
 
 def env_seeds(seed: int, worker_id: int, incarnation: int, num_envs: int) -> tuple[int, list[int]]:

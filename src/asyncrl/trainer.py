@@ -1,6 +1,7 @@
 """The main process of a run, as its steps: read the config (or the run to resume), probe the
-env, create (or restore) the global state, run the workers under the supervisor, save the
-model, the final checkpoint and the summary."""
+env (once: or take the caller's probe), open the run's cluster (Ray started or joined, for a ray
+run), create (or restore) the global state, run the workers under the supervisor, save the
+model, the final checkpoint and the summary, and close the cluster."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from typing import Any
 
 import torch
 
-from asyncrl.algos import make_algorithm
-from asyncrl.backends import make_run, worker_count
+from asyncrl.algos import Algorithm, make_algorithm
+from asyncrl.backends import cluster_for, make_run, worker_count
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
 from asyncrl.config import Config, preset
-from asyncrl.envs import probe_env
+from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.heap import return_freed_memory
 from asyncrl.messages import GlobalSnapshot
@@ -32,21 +33,43 @@ from asyncrl.supervisor import Ended, Outcome, Supervisor
 
 
 def train(
-    cfg: Config | None = None, /, *, resume: str | Path | None = None, **overrides: Any
+    cfg: Config | None = None,
+    /,
+    *,
+    resume: str | Path | None = None,
+    info: EnvInfo | None = None,
+    **overrides: Any,
 ) -> dict[str, Any]:
     """Train with ``cfg`` updated by ``overrides`` (no ``cfg``: the preset the env calls for,
     :func:`asyncrl.config.auto_preset`; A3C on CartPole-v1 by default).
 
     With ``resume=RUN_DIR``, continue that run from its last checkpoint (its config.json,
-    updated by ``overrides``). Returns the summary (also ``RUN_DIR/summary.json``). Bad input
-    raises :class:`asyncrl.errors.UserError` before any file is written or changed.
+    updated by ``overrides``). ``info``: the env's probe, where the caller has made it
+    (:func:`asyncrl.envs.probe_env`; the CLI does, to pick the preset): the env is not built
+    again. A ``--backend ray`` run starts (or joins) Ray and, on its way out, ends (or leaves)
+    it, unless it runs inside a :func:`asyncrl.backends.cluster_for` block that does, or on a
+    Ray connection of the caller's. Returns the summary (also ``RUN_DIR/summary.json``). Bad
+    input raises :class:`asyncrl.errors.UserError` before any file is written or changed, and
+    a bad env or config before Ray starts.
     """
     t0 = time.perf_counter()
-    cfg, ckpt = _config(cfg, resume, overrides)
-    info = probe_env(cfg.env, cfg.algo, cfg.env_kwargs_dict)
+    cfg, ckpt, info = _config(cfg, resume, info, overrides)
     algo = make_algorithm(cfg, info)
+    with cluster_for(cfg) as cluster:
+        return _run(cfg, ckpt, info, algo, worker_count(cfg, cluster), t0)
+
+
+def _run(
+    cfg: Config,
+    ckpt: dict[str, Any] | None,
+    info: EnvInfo,
+    algo: Algorithm,
+    n_workers: int,
+    t0: float,
+) -> dict[str, Any]:
+    """The run itself, on its cluster: the global state, the workers, and what they leave."""
     spec = algo.model_spec()
-    state = GlobalState.create(cfg, spec, worker_count(cfg), algo.uses_target_network)
+    state = GlobalState.create(cfg, spec, n_workers, algo.uses_target_network)
     if ckpt is not None and cfg.run_dir is not None:  # resuming: run_dir is the resumed one
         run_dir = RunDir(Path(cfg.run_dir))
         state.check_fits(ckpt["glob"], run_dir.path)
@@ -102,18 +125,26 @@ def train(
 
 
 def _config(
-    cfg: Config | None, resume: str | Path | None, overrides: dict[str, Any]
-) -> tuple[Config, dict[str, Any] | None]:
-    """The validated config, and the checkpoint when resuming."""
+    cfg: Config | None,
+    resume: str | Path | None,
+    info: EnvInfo | None,
+    overrides: dict[str, Any],
+) -> tuple[Config, dict[str, Any] | None, EnvInfo]:
+    """The validated config, the checkpoint when resuming, and the env's one probe."""
     if resume is None:
         if cfg is None:  # the preset the env calls for (Atari, MinAtar, or vector envs)
-            return preset(None, **overrides).validate(), None
-        return dataclasses.replace(cfg, **overrides).validate(), None
+            env = overrides.get("env", Config.env)
+            kwargs = parse_env_kwargs(overrides.get("env_kwargs", ()))
+            info = probed(info, env, kwargs)
+            return preset(None, info=info, **overrides).validate(), None, info
+        cfg = dataclasses.replace(cfg, **overrides).validate()
+        return cfg, None, probed(info, cfg.env, cfg.env_kwargs_dict)
     run_dir = RunDir.existing(resume, "config", flag="--resume")
     overrides = {k: v for k, v in overrides.items() if k != "run_dir"}
     saved = Config.from_dict(run_dir.read_config())
     cfg = dataclasses.replace(saved, **overrides, run_dir=str(run_dir)).validate()
-    return cfg, load_checkpoint(run_dir.path)
+    info = probed(info, cfg.env, cfg.env_kwargs_dict)
+    return cfg, load_checkpoint(run_dir.path), info
 
 
 def _summary(

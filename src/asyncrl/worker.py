@@ -76,34 +76,43 @@ class Outbox(Protocol):
 
 
 class Store(Protocol):
-    """The worker's view of the global state; the loop calls nothing else on it."""
+    """The worker's view of the global state: what every backend provides, and all the loop
+    calls on it.
+
+    A run that steers its workers itself (the shared-memory backends' heartbeats, checkpoint
+    requests and restarted workers: :class:`~asyncrl.backends.local.SharedMemoryStore`) does it
+    inside these calls: at the rollout boundary (``pull``), and through ``stopping`` and
+    ``push`` for a worker that must exit. A parameter server needs none of it (its run replaces
+    a dead worker actor with a fresh one and reads the global state from the server), and the
+    loop never asks which it has."""
 
     def global_step(self) -> int: ...
 
-    def retired(self) -> bool:
-        """This incarnation must exit at once (restarted as hung, or orphaned)."""
+    def stopping(self) -> bool:
+        """The loop ends at this rollout boundary (the run stops, or this worker must exit)."""
         ...
 
-    def stopping(self) -> bool: ...
-
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
-        """Copy the global parameters (and theta^-) into the local ones; return their version."""
+        """The rollout boundary: copy the global parameters (and theta^-) into the local ones;
+        return their version."""
         ...
 
     def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
-        """Count ``n_steps``; apply ``grad`` unless None (non-finite); return the global step."""
+        """Count ``n_steps``; apply ``grad`` unless None (non-finite); return the global step,
+        or -1 where this worker must exit at once (restarted as hung, or orphaned: nothing was
+        applied)."""
         ...
 
     def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None: ...
 
-    def nonfinite(self, global_step: int, what: str) -> None: ...
-
-    def alive_and_asked(self, worker: Worker) -> None:
-        """Heartbeat; answer a pending checkpoint request."""
+    def nonfinite(self, global_step: int, what: str) -> None:
+        """Tell the main process of a non-finite update that was skipped (``push`` counted
+        it)."""
         ...
 
     def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
-        """The loop's last call: the state to hand back (None where the server keeps it)."""
+        """The loop's last call: deliver what is pending; the state to hand back (None where
+        the server keeps it)."""
         ...
 
     def obs_stats(self) -> torch.Tensor | None:
@@ -227,10 +236,7 @@ class Worker:
     def run(self) -> WorkerSnapshot | None:
         cfg, store, buf = self.cfg, self.store, self.buf
         global_step = store.global_step()
-        store.alive_and_asked(self)
         while not store.stopping() and global_step < cfg.steps:
-            if store.retired():
-                return None
             version = store.pull(self.local, self.target_local)
             finished, length = self.collect(global_step)
             ro = buf.prefix(length)
@@ -250,7 +256,6 @@ class Worker:
             due = self.stats.due()
             if finished or due:
                 store.report(finished, self.stats.take() if due else {}, global_step)
-            store.alive_and_asked(self)
         snapshot = store.snapshot(self)
         if self.stats.sums:
             store.report([], self.stats.take(), global_step)
@@ -266,8 +271,6 @@ class Worker:
         loss.backward()
         grad = flat_grad(self.model)
         norm = clip_grad_norm_(grad, cfg.max_grad_norm)
-        if store.retired():  # a hung worker that wakes up must not push a stale update
-            return -1
         finite = math.isfinite(norm) and math.isfinite(float(loss.detach()))
         # never let a NaN or inf reach the global parameters
         global_step = store.push(grad if finite else None, n_valid, version)

@@ -110,7 +110,7 @@ def test_the_worker_marks_the_row_after_the_reset_step_as_first():
         core="lstm",
         lstm_size=4,
     )
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
 
     class Outbox(list):
         send = list.append

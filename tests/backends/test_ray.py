@@ -17,6 +17,7 @@ ray = pytest.importorskip("ray")
 import asyncrl  # noqa: E402
 from asyncrl.algos.a3c import A3C  # noqa: E402
 from asyncrl.backends import ray as ray_backend  # noqa: E402
+from asyncrl.backends.ray import store as ray_store  # noqa: E402
 from asyncrl.worker import Worker  # noqa: E402
 
 
@@ -205,7 +206,7 @@ class _FakeServer:
         pushes = [
             (None if grads is None else grads[i].copy(), v, n) for i, (_, v, n) in enumerate(meta)
         ]
-        self.args.append((pushes, [e for finished, _, step in reports for e in finished]))
+        self.args.append((pushes, [e for msg in reports for e in msg.episodes]))
         for ref in self.calls:
             ref.ready = True
         v = len(self.calls)
@@ -220,7 +221,7 @@ class _FakeServer:
 @pytest.mark.parametrize("pipeline", [0, 1])
 def test_a_pipelined_worker_does_not_wait_for_the_push_it_just_sent(monkeypatch, pipeline):
     fake = _FakeRay()
-    monkeypatch.setattr(ray_backend, "ray", fake)
+    monkeypatch.setattr(ray_store, "ray", fake)
     server = _FakeServer()
     store = ray_backend.RayStore([server], 0, pipeline=pipeline, batch=1)
     local = torch.zeros(3)
@@ -244,7 +245,7 @@ def test_a_pipelined_worker_does_not_wait_for_the_push_it_just_sent(monkeypatch,
 def test_batched_pushes_send_every_gradient_and_episode_once_and_count_every_step(
     monkeypatch, pipeline
 ):
-    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    monkeypatch.setattr(ray_store, "ray", _FakeRay())
     server = _FakeServer()
     store = ray_backend.RayStore([server], 0, pipeline=pipeline, batch=3)
     local = torch.zeros(3)
@@ -267,7 +268,7 @@ def test_batched_pushes_send_every_gradient_and_episode_once_and_count_every_ste
 
 
 def test_a_pipelined_worker_sees_the_stop_flag(monkeypatch):
-    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    monkeypatch.setattr(ray_store, "ray", _FakeRay())
     server = _FakeServer(stop_from_call=2)
     store = ray_backend.RayStore([server], 0, pipeline=1, batch=1)
     local = torch.zeros(3)
@@ -442,9 +443,9 @@ def test_observation_statistics_reach_the_server_and_every_worker(monkeypatch):
     from asyncrl.envs import probe_env
     from asyncrl.state import GlobalState
 
-    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    monkeypatch.setattr(ray_store, "ray", _FakeRay())
     cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", normalize_obs=True)
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     state = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False)
     server = ray_backend.ParameterServer(cfg, state.snapshot())
     stores = [
@@ -482,7 +483,7 @@ def _three_shards(cfg):
     from asyncrl.envs import probe_env
     from asyncrl.state import GlobalState
 
-    info = probe_env(cfg.env, "a3c")
+    info = probe_env(cfg.env)
     snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
     bounds = ray_backend.shard_bounds(snap.params.size, 3)
     shards = [
@@ -496,7 +497,7 @@ def _three_shards(cfg):
 def test_sharded_servers_apply_exactly_the_updates_of_one_server(monkeypatch, optimizer):
     # --ray-servers 3 against one server, on the same sequence of gradients, through RayStore
     # (which slices each gradient and puts the parameters back together): bit-for-bit equal
-    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    monkeypatch.setattr(ray_store, "ray", _FakeRay())
     cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", optimizer=optimizer, steps=1000)
     snap, bounds, shards = _three_shards(cfg)
     n = snap.params.size
@@ -601,7 +602,7 @@ def test_observation_statistics_on_the_cluster_reach_the_saved_model(cluster, ru
 def test_bfloat16_gradients_apply_the_rounded_updates_at_half_the_bytes(monkeypatch):
     # --ray-grad-dtype bfloat16 (with one server and sharded over 3) against float32 gradients
     # rounded to bfloat16 by hand: bit-for-bit the same updates, half the bytes in
-    monkeypatch.setattr(ray_backend, "ray", _FakeRay())
+    monkeypatch.setattr(ray_store, "ray", _FakeRay())
     cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", ray_grad_dtype="bfloat16")
     snap, bounds, shards = _three_shards(cfg)
     n = snap.params.size

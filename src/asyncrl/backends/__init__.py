@@ -3,8 +3,13 @@ messages to the main process, and know nothing of the algorithm.
 
 Two families implement :class:`asyncrl.supervisor.Run`: :class:`~asyncrl.backends.local.
 LocalRun` (threads or processes over shared memory) and :class:`~asyncrl.backends.ray.RayRun`
-(a parameter server and worker actors on a Ray cluster). :func:`make_run` picks one; nothing
-else in the main process knows which.
+(a parameter server and worker actors on a Ray cluster, :mod:`asyncrl.backends.ray`).
+:func:`make_run` picks one; nothing else in the main process knows which.
+
+Where the workers run is a :class:`Cluster`, the one context that :func:`cluster_for` opens
+around a run: this machine for threads and processes (nothing to start), a Ray cluster for ray
+(started or joined on the way in, ended or left on the way out). The worker count comes from
+it (:func:`worker_count`), so nothing starts Ray as a side effect of counting CPUs.
 
 No lock is shared between a worker and anyone else: a worker killed at any instant must not
 leave a lock held that stalls the others. Counters and the stop flag are shared-memory tensors;
@@ -13,7 +18,10 @@ messages travel on one channel per worker (a pipe for processes).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from asyncrl.config import Config
@@ -58,20 +66,47 @@ def make_backend(name: str) -> Backend:
     raise UserError(f"--backend: unknown backend {name!r}, choose threads or processes")
 
 
-def worker_count(cfg: Config) -> int:
-    """How many workers the run has: ``--workers``, or one per core (per CPU of the Ray
-    cluster, which this starts or joins)."""
-    if cfg.backend == "ray":
-        from asyncrl.backends.cluster import cluster_cpus, start_ray
+class Cluster(Protocol):
+    """Where a run's workers run, for as long as :func:`cluster_for`'s block lasts."""
 
-        start_ray(cfg)
-        return cfg.workers or cluster_cpus()
-    return cfg.num_workers
+    @property
+    def cpus(self) -> int:
+        """CPUs to run workers on: one worker each where ``--workers`` is not given."""
+        ...
+
+
+@dataclass(frozen=True)
+class ThisMachine:
+    """The threads and processes backends' cluster: this machine's cores."""
+
+    cpus: int
+
+
+@contextlib.contextmanager
+def cluster_for(cfg: Config) -> Iterator[Cluster]:
+    """The cluster of a run, for the duration of the block. ``--backend ray``: Ray started (a
+    cluster of our own) or joined (``--address``) on the way in, and on the way out ended or
+    left, whatever of it this started (:func:`asyncrl.backends.ray.cluster.ray_cluster`; a
+    block inside another one shares it). Threads and processes: this machine, nothing to
+    start. Imports no PyTorch, so that the CLI can enter it while PyTorch is imported."""
+    if cfg.backend == "ray":
+        from asyncrl.backends.ray.cluster import ray_cluster
+
+        with ray_cluster(cfg) as cluster:
+            yield cluster
+    else:
+        yield ThisMachine(os.cpu_count() or 1)
+
+
+def worker_count(cfg: Config, cluster: Cluster) -> int:
+    """How many workers the run has: ``--workers``, or one per CPU of ``cluster`` (this
+    machine's cores, or the Ray cluster's CPUs: the cluster is up already, nothing starts)."""
+    return cfg.workers if cfg.workers is not None else cluster.cpus
 
 
 def make_run(cfg: Config, info: EnvInfo, spec: ModelSpec, state: GlobalState) -> Run:
     if cfg.backend == "ray":
-        from asyncrl.backends.ray import RayRun
+        from asyncrl.backends.ray.run import RayRun
 
         return RayRun(cfg, info, spec, state)
     from asyncrl.backends.local import LocalRun
@@ -79,4 +114,12 @@ def make_run(cfg: Config, info: EnvInfo, spec: ModelSpec, state: GlobalState) ->
     return LocalRun(cfg, info, state, make_backend(cfg.backend))
 
 
-__all__ = ["Backend", "make_backend", "make_run", "worker_count"]
+__all__ = [
+    "Backend",
+    "Cluster",
+    "ThisMachine",
+    "cluster_for",
+    "make_backend",
+    "make_run",
+    "worker_count",
+]

@@ -72,7 +72,9 @@ def run_worker(
     final = None
     store = SharedMemoryStore(cfg, shared, outbox, worker_id, incarnation)
     try:
-        final = Worker(worker_id, incarnation, cfg, info, store, state).run()
+        worker = Worker(worker_id, incarnation, cfg, info, store, state)
+        store.attach(worker)
+        final = worker.run()
     except BaseException as e:
         text = f"{type(e).__name__}: {e}"
         outbox.send(
@@ -84,7 +86,13 @@ def run_worker(
 
 class SharedMemoryStore:
     """The global state for the threads and processes backends: shared-memory tensors that the
-    worker reads and updates itself, lock-free, and a channel to the main process."""
+    worker reads and updates itself, lock-free, and a channel to the main process.
+
+    The main process steers its workers through flags in shared memory, and the store answers
+    them inside the loop's own calls (:class:`~asyncrl.worker.Store`): at each rollout boundary
+    (``pull``) it beats the worker's heartbeat and answers a checkpoint request with the state
+    of the worker it is attached to; an incarnation that the main process restarted (as hung)
+    or that lost its parent is ``stopping``, pushes nothing and reports nothing."""
 
     def __init__(
         self, cfg: Config, shared: SharedMemory, outbox: Outbox, wid: int, incarnation: int
@@ -100,23 +108,38 @@ class SharedMemoryStore:
         self.incarnations = shared.incarnation.numpy()
         self.answered = int(self.request[0])
         self.parent = os.getppid()
+        self.worker: Worker | None = None
+
+    def attach(self, worker: Worker) -> None:
+        """The worker whose state answers the main process's checkpoint requests."""
+        self.worker = worker
 
     def global_step(self) -> int:
         return int(self.counters[STEPS].sum())
 
     def retired(self) -> bool:
+        """This incarnation must exit at once (restarted as hung, or orphaned)."""
         return self.incarnations[self.wid] != self.incarnation or os.getppid() != self.parent
 
     def stopping(self) -> bool:
-        return bool(self.stop_flag[0])
+        return bool(self.stop_flag[0]) or self.retired()
 
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
+        # the rollout boundary: alive, and the worker's state is whole (a checkpoint's moment)
+        self.heartbeat[self.wid] = time.time()
+        request = int(self.request[0])
+        if request > self.answered and self.worker is not None:
+            self.answered = request
+            snap = self._snapshot(self.worker)
+            self.outbox.send(Snapshot(self.wid, self.incarnation, request, snap))
         local.copy_(self.state.params)
         if target_local is not None and self.state.target_params is not None:
             target_local.copy_(self.state.target_params)
         return 0  # the version of the parameters: Hogwild has none
 
     def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
+        if self.retired():  # a hung worker that wakes up must not push a stale update
+            return -1
         self.counters[STEPS, self.wid] += n_steps
         global_step = self.global_step()
         if grad is not None:
@@ -124,20 +147,16 @@ class SharedMemoryStore:
         return global_step
 
     def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None:
+        if self.retired():  # its column and its messages are the new incarnation's
+            return
         self.counters[EPISODES, self.wid] += len(finished)
         self.outbox.send(Episodes(self.wid, finished, step, stats))
 
     def nonfinite(self, global_step: int, what: str) -> None:
+        if self.retired():
+            return
         self.counters[NONFINITE, self.wid] += 1
         self.outbox.send(NonFinite(self.wid, global_step, what))
-
-    def alive_and_asked(self, worker: Worker) -> None:
-        self.heartbeat[self.wid] = time.time()
-        request = int(self.request[0])
-        if request > self.answered:
-            self.answered = request
-            snap = self.snapshot(worker)
-            self.outbox.send(Snapshot(self.wid, self.incarnation, request, snap))
 
     def obs_stats(self) -> torch.Tensor | None:
         return self.state.obs_stats
@@ -146,7 +165,11 @@ class SharedMemoryStore:
         assert self.state.obs_stats is not None
         update_obs_stats(self.state.obs_stats, obs)  # in shared memory, lock-free
 
-    def snapshot(self, worker: Worker) -> WorkerSnapshot:
+    def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
+        """The loop's last call: its state to hand back, unless it was retired."""
+        return None if self.retired() else self._snapshot(worker)
+
+    def _snapshot(self, worker: Worker) -> WorkerSnapshot:
         """Worker state plus the global state as this worker leaves it (exact with 1 worker)."""
         return WorkerSnapshot(worker.state(), self.state.snapshot())
 
