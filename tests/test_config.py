@@ -1,10 +1,16 @@
-"""Presets picked from the env, and the Gaussian options reaching the model."""
+"""Presets picked from the env, the Gaussian options reaching the model, and the checks of
+every option's value."""
 
+import math
+
+import pytest
 import torch
 
 from asyncrl.algos import make_algorithm
-from asyncrl.config import auto_preset, preset
+from asyncrl.cli import main
+from asyncrl.config import Config, _numeric_fields, auto_preset, preset
 from asyncrl.envs import probe_env
+from asyncrl.errors import UserError
 from asyncrl.models import build_model
 
 
@@ -27,6 +33,60 @@ def test_box_envs_pick_the_continuous_presets():
 def test_the_initial_log_std_reaches_the_gaussian():
     cfg = preset("control", env="Pendulum-v1", log_std_init=-0.5)
     model = build_model(make_algorithm(cfg, probe_env(cfg.env)).model_spec())
-    params = model.policy(torch.zeros(3, 3))
+    params, _ = model.act(
+        torch.zeros(3, 3), model.initial_state(3), torch.ones(3, dtype=torch.bool)
+    )
     std = model.distribution(params).std
     torch.testing.assert_close(std, torch.full((3, 1), float(torch.tensor(-0.5).exp())))
+
+
+QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-progress"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # NaN compares false with everything: a stop rule at NaN never fires
+        (["--target-return", "nan"], "--target-return: must be a finite number, got nan"),
+        (["--lr", "inf"], "--lr: must be a finite number, got inf"),
+        (["--log-std-init", "nan"], "--log-std-init: must be a finite number, got nan"),
+        (["--gamma", "nan"], "--gamma: must be a finite number, got nan"),
+        (["--worker-timeout", "inf"], "--worker-timeout: must be a finite number, got inf"),
+        (["--eps-probs", "0.4", "nan", "0.3"], "--eps-probs: must be a finite number"),
+        (["--seed", "-1"], "--seed: must be >= 0"),
+        (["--eps-start", "1.5"], "--eps-start: must be in [0, 1], got 1.5"),
+    ],
+)
+def test_a_number_that_is_not_finite_or_in_range_is_one_line_and_exit_2(
+    args, needle, tmp_path, capsys
+):
+    run_dir = tmp_path / "run"
+    try:
+        code = main(["train", *QUICK, *args, "--run-dir", str(run_dir)])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not run_dir.exists()  # nothing written
+
+
+def test_every_float_option_refuses_nan_and_inf():
+    defaults = Config()
+    floats = [name for name, kind in _numeric_fields().items() if kind is float]
+    assert {"target_return", "lr", "log_std_init", "eps_finals", "worker_timeout"} <= set(floats)
+    for name in floats:
+        for bad in (math.nan, math.inf, -math.inf):
+            value = (bad,) if isinstance(getattr(defaults, name), tuple) else bad
+            with pytest.raises(UserError, match=f"^--{name.replace('_', '-')}: must be a finite"):
+                Config(**{name: value}).validate()
+
+
+def test_a_value_of_the_wrong_type_is_named_not_a_traceback():
+    with pytest.raises(UserError, match="--lr: must be a number, got '3e-3'"):
+        Config(lr="3e-3").validate()  # type: ignore[arg-type]
+    with pytest.raises(UserError, match=r"--steps: must be a whole number, got 1000\.5"):
+        Config(steps=1000.5).validate()  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="--ray-grad-dtype: got 'float16', choose one of"):
+        Config(backend="ray", ray_grad_dtype="float16").validate()  # type: ignore[arg-type]

@@ -7,8 +7,11 @@ import dataclasses
 import inspect
 import itertools
 import math
+import numbers
 import os
 import textwrap
+import types
+import typing
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,8 +50,9 @@ class Config:
     call goes to every one in parallel)"""
     ray_pipeline: int = 1
     """ray: calls left in flight while the worker goes on collecting (0 or 1); 1 hides the
-    round trip (6-18% more env steps/s here, CartPole solved in as few steps) at the cost of
-    one more call's worth (--ray-batch rollouts) of staleness; 0 waits for each reply"""
+    round trip (the worker steps its envs while its gradients travel; measurements in
+    docs/ray.md) at the cost of one more call's worth (--ray-batch rollouts) of staleness; 0
+    waits for each reply"""
     ray_grad_dtype: Literal["float32", "bfloat16"] = "float32"
     """ray: the precision gradients travel to the parameter server in; bfloat16 halves the bytes
     in (7 bits of mantissa, rounded to nearest; the server's optimizer works in float32)"""
@@ -103,7 +107,8 @@ class Config:
     """multiply the learning reward by this (episodes report the env's own); a small scale keeps
     the critic's gradient from swamping the actor's under one global clipping norm"""
     obs_clip: float = 10.0
-    """with --normalize-obs: clip normalised observations to +-this"""
+    """with --normalize-obs: clip normalised observations to +-this (it only bounds the inputs,
+    so a resumed run may change it; --normalize-obs itself it may not)"""
     gaussian_std: Literal["param", "softplus"] = "param"
     """A3C with Box actions: the Gaussian's std as a state-independent parameter (param) or a
     softplus of a second head (softplus, the paper)"""
@@ -114,11 +119,11 @@ class Config:
     """A3C with Box actions: squash Gaussian samples into the bounds with tanh (the
     log-probability takes the change of variables) instead of clipping them (the default, as
     SB3's)"""
-    core: Literal["none", "lstm"] = "none"
-    """an LSTM between the encoder and the heads (the paper's recurrent agent): A3C, n-step Q
-    and one-step Q"""
+    core: Literal["none", "lstm", "gru"] = "none"
+    """the network's core between the encoder and the heads: none (feed-forward), an LSTM (the
+    paper's recurrent agent) or a GRU; a recurrent core for A3C, n-step Q and one-step Q"""
     lstm_size: int | None = None
-    """LSTM cells (default: 256 for images, 128 otherwise)"""
+    """cells of the recurrent core, LSTM or GRU (default: 256 for images, 128 otherwise)"""
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
     """encoder: mlp for vectors; for images the A3C paper's conv net (a3c), the Nature DQN net
     (nature) or MinAtar's small one (minatar); auto picks from the observation space"""
@@ -190,149 +195,210 @@ class Config:
         return self.n_step if self.n_step is not None else self.t_max
 
     def validate(self) -> Config:
-        """Raise :class:`UserError` naming the first invalid field and how to fix it."""
+        """Raise :class:`UserError` naming the first invalid field and how to fix it.
 
-        def need(ok: bool, flag: str, what: str) -> None:
-            if not ok:
-                raise UserError(f"--{flag}: {what}")
+        The checks run by concern, each group a method of its own: the values themselves
+        (choices, finite numbers), the run, the backends, the targets and the optimiser every
+        algorithm shares, A3C's options, the Q methods', the network, and the observation and
+        Box-action options."""
+        self._check_values()
+        self._check_run()
+        self._check_backends()
+        self._check_targets()
+        self._check_optimizer()
+        self._check_a3c()
+        self._check_q_methods()
+        self._check_network()
+        self._check_continuous()
+        return self
 
-        for name in (
-            "algo",
-            "backend",
-            "missing",
-            "lr_schedule",
-            "optimizer",
-            "net",
-            "gaussian_std",
-            "core",
-        ):
-            choices = literal_choices(name)
+    def _check_values(self) -> None:
+        """Every choice one of its choices; every number a finite number. NaN compares false
+        with everything, so a range check alone lets it through (and a stop rule at
+        --target-return nan never fires); inf passes a lower bound (an infinite --lr or
+        --log-std-init makes the first update or the first action NaN)."""
+        for name, choices in _choice_fields().items():
             value = getattr(self, name)
-            need(
+            _need(
                 value in choices, _flag(name), f"got {value!r}, choose one of {', '.join(choices)}"
             )
-        need(
-            self.max_staleness is None or self.max_staleness >= 0,
-            "max-staleness",
-            f"must be >= 0, got {self.max_staleness}",
-        )
-        need(self.ray_batch >= 1, "ray-batch", f"must be >= 1, got {self.ray_batch}")
-        need(self.ray_servers >= 1, "ray-servers", f"must be >= 1, got {self.ray_servers}")
-        need(
-            self.ray_pipeline in (0, 1),
-            "ray-pipeline",
-            f"must be 0 or 1, got {self.ray_pipeline}",
-        )
-        need(
-            self.ray_grad_dtype == "float32" or self.backend == "ray",
-            "ray-grad-dtype",
-            "applies to --backend ray only (other backends share parameters in memory)",
-        )
-        need(
-            self.address is None or self.backend == "ray",
-            "address",
-            "joining a cluster needs --backend ray",
-        )
-        need(
+        for name, kind in _numeric_fields().items():
+            value = getattr(self, name)
+            if value is None:  # an optional number left to its default
+                continue
+            for x in value if isinstance(value, tuple | list) else (value,):
+                if kind is int:
+                    _need(
+                        isinstance(x, numbers.Integral) and not isinstance(x, bool),
+                        _flag(name),
+                        f"must be a whole number, got {value!r}",
+                    )
+                else:
+                    _need(
+                        isinstance(x, numbers.Real) and not isinstance(x, bool),
+                        _flag(name),
+                        f"must be a number, got {value!r}",
+                    )
+                    _need(
+                        math.isfinite(x),
+                        _flag(name),
+                        f"must be a finite number, got {value!r}",
+                    )
+
+    def _check_run(self) -> None:
+        """The run: its workers, budget, stop rule, seed, checkpoints and fault limits."""
+        _need(
             self.workers is None or self.workers >= 1,
             "workers",
             f"must be >= 1, got {self.workers}",
         )
-        need(
+        _need(
             self.envs_per_worker >= 1,
             "envs-per-worker",
             f"must be >= 1, got {self.envs_per_worker}",
         )
-        need(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
-        need(self.window >= 1, "window", f"must be >= 1, got {self.window}")
-        need(self.t_max >= 1, "t-max", f"must be >= 1, got {self.t_max}")
-        need(self.n_step is None or self.n_step >= 1, "n-step", f"must be >= 1, got {self.n_step}")
-        need(0.0 < self.gamma <= 1.0, "gamma", f"must be in (0, 1], got {self.gamma}")
-        need(
-            self.gae_lambda is None or 0.0 <= self.gae_lambda <= 1.0,
-            "gae-lambda",
-            f"must be in [0, 1], got {self.gae_lambda}",
+        _need(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
+        _need(self.window >= 1, "window", f"must be >= 1, got {self.window}")
+        # numpy's SeedSequence takes no negative seed, PyTorch's none of 2**64 or more
+        _need(0 <= self.seed < 2**64, "seed", f"must be >= 0 and below 2**64, got {self.seed}")
+        self.env_kwargs_dict  # noqa: B018 (raises the UserError for a malformed pair)
+        try:
+            self.checkpoint_interval()
+        except ValueError:
+            _need(
+                False,
+                "checkpoint-every",
+                f"give seconds ('60s') or global steps ('100000'), got {self.checkpoint_every!r}",
+            )
+        _need(
+            self.max_worker_restarts >= 0,
+            "max-worker-restarts",
+            f"must be >= 0, got {self.max_worker_restarts}",
         )
-        need(
-            self.gae_lambda is None or self.missing == "bootstrap",
-            "gae-lambda",
-            "GAE always bootstraps; drop --missing zero or --gae-lambda",
+        _need(self.worker_timeout > 0, "worker-timeout", f"must be > 0, got {self.worker_timeout}")
+        _need(self.max_nonfinite >= 1, "max-nonfinite", f"must be >= 1, got {self.max_nonfinite}")
+
+    def _check_backends(self) -> None:
+        """The Ray options, and that they are given with --backend ray only where they would
+        otherwise be silently ignored."""
+        _need(
+            self.max_staleness is None or self.max_staleness >= 0,
+            "max-staleness",
+            f"must be >= 0, got {self.max_staleness}",
         )
+        _need(self.ray_batch >= 1, "ray-batch", f"must be >= 1, got {self.ray_batch}")
+        _need(self.ray_servers >= 1, "ray-servers", f"must be >= 1, got {self.ray_servers}")
+        _need(
+            self.ray_pipeline in (0, 1),
+            "ray-pipeline",
+            f"must be 0 or 1, got {self.ray_pipeline}",
+        )
+        _need(
+            self.ray_grad_dtype == "float32" or self.backend == "ray",
+            "ray-grad-dtype",
+            "applies to --backend ray only (other backends share parameters in memory)",
+        )
+        _need(
+            self.address is None or self.backend == "ray",
+            "address",
+            "joining a cluster needs --backend ray",
+        )
+
+    def _check_targets(self) -> None:
+        """The rollout and the targets learnt from it (every algorithm)."""
+        _need(self.t_max >= 1, "t-max", f"must be >= 1, got {self.t_max}")
+        _need(self.n_step is None or self.n_step >= 1, "n-step", f"must be >= 1, got {self.n_step}")
+        _need(0.0 < self.gamma <= 1.0, "gamma", f"must be in (0, 1], got {self.gamma}")
+        _need(self.reward_scale > 0, "reward-scale", f"must be > 0, got {self.reward_scale}")
         one_step = self.algo in ("onestep-q", "onestep-sarsa")
-        need(
+        _need(
             not (one_step and self.missing == "zero"),
             "missing",
             f"{self.algo} bootstraps every transition from the next state; 'zero' would drop "
             "the bootstrap of each rollout's last transition (learning from r alone there): "
             "drop --missing zero",
         )
-        need(
+        _need(
             self.n_step is None or not (one_step or self.gae_lambda is not None),
             "n-step",
             f"{'GAE' if self.gae_lambda is not None else self.algo} has no n-step horizon "
             f"({'lambda sets it' if self.gae_lambda is not None else 'it is one step'}); "
             "drop --n-step",
         )
-        self.env_kwargs_dict  # noqa: B018 (raises the UserError for a malformed pair)
-        need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
-        need(
-            self.core == "none" or self.algo != "onestep-sarsa",
-            "core",
-            "one-step Sarsa has no LSTM core (its next action is drawn a step ahead of the "
-            "recurrent state): use a3c, nstep-q or onestep-q, or drop --core lstm",
+
+    def _check_optimizer(self) -> None:
+        """The shared optimiser and the update (every algorithm)."""
+        _need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
+        _need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
+        _need(self.eps > 0.0, "eps", f"must be > 0, got {self.eps}")
+        _need(
+            self.max_grad_norm >= 0.0,
+            "max-grad-norm",
+            f"must be >= 0, got {self.max_grad_norm}",
         )
-        need(
-            self.lstm_size is None or self.lstm_size >= 1,
-            "lstm-size",
-            f"must be >= 1, got {self.lstm_size}",
+
+    def _check_a3c(self) -> None:
+        """A3C's advantages and loss weights."""
+        _need(
+            self.gae_lambda is None or 0.0 <= self.gae_lambda <= 1.0,
+            "gae-lambda",
+            f"must be in [0, 1], got {self.gae_lambda}",
         )
-        need(self.reward_scale > 0, "reward-scale", f"must be > 0, got {self.reward_scale}")
-        need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
-        need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
-        need(self.eps > 0.0, "eps", f"must be > 0, got {self.eps}")
-        need(self.entropy_coef >= 0.0, "entropy-coef", f"must be >= 0, got {self.entropy_coef}")
-        need(self.value_coef >= 0.0, "value-coef", f"must be >= 0, got {self.value_coef}")
-        need(self.max_grad_norm >= 0.0, "max-grad-norm", f"must be >= 0, got {self.max_grad_norm}")
-        need(self.target_update >= 1, "target-update", f"must be >= 1, got {self.target_update}")
-        need(self.async_update >= 1, "async-update", f"must be >= 1, got {self.async_update}")
-        need(
-            all(0.0 <= e <= 1.0 for e in (self.eps_start, *self.eps_finals)),
+        _need(
+            self.gae_lambda is None or self.missing == "bootstrap",
+            "gae-lambda",
+            "GAE always bootstraps; drop --missing zero or --gae-lambda",
+        )
+        _need(self.entropy_coef >= 0.0, "entropy-coef", f"must be >= 0, got {self.entropy_coef}")
+        _need(self.value_coef >= 0.0, "value-coef", f"must be >= 0, got {self.value_coef}")
+
+    def _check_q_methods(self) -> None:
+        """The Q methods' target network, update period and exploration schedule."""
+        _need(self.target_update >= 1, "target-update", f"must be >= 1, got {self.target_update}")
+        _need(self.async_update >= 1, "async-update", f"must be >= 1, got {self.async_update}")
+        _need(0.0 <= self.eps_start <= 1.0, "eps-start", f"must be in [0, 1], got {self.eps_start}")
+        _need(
+            all(0.0 <= e <= 1.0 for e in self.eps_finals),
             "eps-finals",
             "exploration epsilons must lie in [0, 1]",
         )
-        need(
+        _need(
             len(self.eps_finals) == len(self.eps_probs) >= 1
             and all(p >= 0 for p in self.eps_probs)
             and abs(sum(self.eps_probs) - 1.0) < 1e-6,
             "eps-probs",
             "give one probability per final epsilon, summing to 1",
         )
-        need(
+        _need(
             self.eps_anneal_steps >= 1,
             "eps-anneal-steps",
             f"must be >= 1, got {self.eps_anneal_steps}",
         )
-        try:
-            self.checkpoint_interval()
-        except ValueError:
-            need(
-                False,
-                "checkpoint-every",
-                f"give seconds ('60s') or global steps ('100000'), got {self.checkpoint_every!r}",
-            )
-        need(
-            self.max_worker_restarts >= 0,
-            "max-worker-restarts",
-            f"must be >= 0, got {self.max_worker_restarts}",
-        )
-        need(self.worker_timeout > 0, "worker-timeout", f"must be > 0, got {self.worker_timeout}")
-        need(self.max_nonfinite >= 1, "max-nonfinite", f"must be >= 1, got {self.max_nonfinite}")
-        need(
+
+    def _check_network(self) -> None:
+        """The network's layers and its core."""
+        _need(
             self.hidden is None or (len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden)),
             "hidden",
             f"give one or more positive layer sizes, got {self.hidden}",
         )
-        return self
+        _need(
+            self.core == "none" or self.algo != "onestep-sarsa",
+            "core",
+            f"one-step Sarsa has no {self.core.upper()} core (its next action is drawn a step "
+            "ahead of the recurrent state): use a3c, nstep-q or onestep-q, or drop "
+            f"--core {self.core}",
+        )
+        _need(
+            self.lstm_size is None or self.lstm_size >= 1,
+            "lstm-size",
+            f"must be >= 1, got {self.lstm_size}",
+        )
+
+    def _check_continuous(self) -> None:
+        """Observation normalisation and the Gaussian policy of Box actions (its initial
+        log-std needs no range beyond being finite, which :meth:`_check_values` sees to)."""
+        _need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -348,6 +414,40 @@ class Config:
             if d.get(name) is not None:
                 d[name] = tuple(d[name])
         return cls(**d)
+
+
+def _need(ok: bool, flag: str, what: str) -> None:
+    if not ok:
+        raise UserError(f"--{flag}: {what}")
+
+
+@cache
+def _choice_fields() -> dict[str, tuple[str, ...]]:
+    """The fields whose type is a ``Literal``, with their choices."""
+    hints = typing.get_type_hints(Config)
+    return {
+        f.name: tuple(typing.get_args(hints[f.name]))
+        for f in dataclasses.fields(Config)
+        if typing.get_origin(hints[f.name]) is Literal
+    }
+
+
+@cache
+def _numeric_fields() -> dict[str, type]:
+    """The fields holding numbers, optional or not, one or a tuple of them: name -> int or
+    float."""
+    out: dict[str, type] = {}
+    hints = typing.get_type_hints(Config)
+    for f in dataclasses.fields(Config):
+        hint = hints[f.name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if typing.get_origin(hint) in (types.UnionType, typing.Union) and len(args) == 1:
+            hint = args[0]  # X | None
+        if typing.get_origin(hint) is tuple:
+            hint = typing.get_args(hint)[0]
+        if hint in (int, float):
+            out[f.name] = hint
+    return out
 
 
 # Long-horizon locomotion with Box actions, MuJoCo's and Box2D's (presets mujoco and box2d)
@@ -377,17 +477,13 @@ _PRESETS: dict[str, dict[str, Any]] = {
     # network every 40,000 frames (10,000 agent steps), epsilon finals over 4M frames (1M agent
     # steps), the paper's conv net with a shared trunk, and the batch-averaged loss of A2C
     # (Stable-Baselines3's rl-zoo Atari setting: RMSProp eps 1e-5, value weight 0.25, gradient
-    # norm 0.5). Tuned here on Pong's first 30 minutes (README table):
-    # - 4 envs per worker and lr 1.4e-3, more and larger updates per frame than A2C's (t_max 5:
-    #   16 envs nothing by 7.6M frames; 8: -19.3 at 30 minutes; 4: -17.6; 4 with twice the lr:
-    #   -11.6, -16.1, -20.4 on three seeds; 4 times the lr: worse; 8 with twice the lr: -20.5;
-    #   Breakout: 86.5 at 60 minutes against 15.3 with 8 envs and 7e-4);
+    # norm 0.5). Tuned on Pong and Breakout (the runs and their scores: docs/presets.md):
+    # - 4 envs per worker and lr 1.4e-3: more and larger updates per frame than A2C's (more
+    #   envs per worker or a smaller lr learnt slower, a larger lr worse);
     # - t_max 20 where the paper has 5: a Pong point is scored long after the hit that wins it,
     #   and a 20-step return carries it back in one update where 5-step returns wait for the
-    #   critic to relay it; a quarter of the updates also halves the cost of learning per frame
-    #   (at 30 minutes, seeds 0, 1, 2: -2.9, -11.1, +8.8 at 6,650-8,200 frames/s, against -11.6,
-    #   -16.1, -20.4 at 3,900-4,300 with t_max 5; lr 2.8e-3 with t_max 20: -20.3 at 20 minutes;
-    #   Breakout 75.6 at 60 minutes without the t_max 5 preset's collapses, which had 86.5).
+    #   critic to relay it; a quarter of the updates also costs less learning per frame, so more
+    #   frames are played in the same time.
     "atari": dict(
         envs_per_worker=4,
         t_max=20,
@@ -408,7 +504,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
         checkpoint_every="300s",
     ),
     # Continuous control (Box actions outside MuJoCo and Box2D: Pendulum, MountainCar...):
-    # tuned on Pendulum-v1 here (README table): gamma 0.9 and GAE(0.9), observations
+    # tuned on Pendulum-v1 (docs/presets.md): gamma 0.9 and GAE(0.9), observations
     # normalised, rewards scaled by 1/8, 8 envs a worker (more updates per step), a large lr
     # with no gradient clipping, no entropy bonus
     "control": dict(
@@ -424,12 +520,12 @@ _PRESETS: dict[str, dict[str, Any]] = {
         steps=2_000_000,
     ),
     # MuJoCo locomotion (HalfCheetah, Hopper, Walker2d, Ant, ...): tuned on HalfCheetah-v5
-    # here (README table): the paper's gamma 0.99 with GAE(0.95), observations normalised,
+    # (docs/presets.md): the paper's gamma 0.99 with GAE(0.95), observations normalised,
     # rewards scaled by 1/10, a narrower initial Gaussian, gradient clipping, no entropy bonus
     "mujoco": dict(_LOCOMOTION, steps=1_000_000),
     # Box2D with Box actions (LunarLanderContinuous, BipedalWalker): rewards that come at the
     # end of long episodes (a landing, the far end of the course), for which control's gamma
-    # 0.9 is short-sighted; mujoco's settings, measured on both (README table)
+    # 0.9 is short-sighted; mujoco's settings, measured on both (docs/presets.md)
     "box2d": dict(_LOCOMOTION, steps=5_000_000),
     # MinAtar's 10x10 games: small conv net, CartPole-like batch settings
     "minatar": dict(
