@@ -40,6 +40,19 @@ def test_the_initial_log_std_reaches_the_gaussian():
     torch.testing.assert_close(std, torch.full((3, 1), float(torch.tensor(-0.5).exp())))
 
 
+def test_the_paper_preset_counts_the_papers_frames_on_atari():
+    """The paper refreshes theta^- every 40,000 frames and anneals epsilon over 4M frames;
+    Atari repeats each action for 4 frames, so those are 10,000 and 1M agent steps."""
+    pytest.importorskip("ale_py")
+    pong = preset("paper", env="PongNoFrameskip-v4")
+    assert (pong.target_update, pong.eps_anneal_steps) == (10_000, 1_000_000)
+    assert type(pong.target_update) is int and type(pong.eps_anneal_steps) is int
+    cartpole = preset("paper", env="CartPole-v1")  # a step is a frame
+    assert (cartpole.target_update, cartpole.eps_anneal_steps) == (40_000, 4_000_000)
+    # a count the user gives is in agent steps, as the option says
+    assert preset("paper", env="PongNoFrameskip-v4", target_update=500).target_update == 500
+
+
 QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-progress"]
 
 

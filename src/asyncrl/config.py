@@ -19,6 +19,25 @@ from typing import TYPE_CHECKING, Any, Literal
 from asyncrl.errors import UserError
 
 
+class Frames(int):
+    """A count a preset gives in emulator frames, the paper's unit: :class:`Config` turns it
+    into agent steps of its env when it is built (a quarter as many on Atari, where each action
+    is repeated for 4 frames; as many elsewhere)."""
+
+
+def _frames_per_step(env: str) -> int:
+    """Emulator frames per agent step of ``env``, as :func:`asyncrl.envs.probe_env` reports
+    them: Atari's action repeat, 1 otherwise (and for an env id that cannot be looked up, which
+    the trainer reports properly)."""
+    from asyncrl import atari
+    from asyncrl.envs import env_spec, is_atari
+
+    try:
+        return atari.FRAMESKIP if is_atari(env_spec(env)) else 1
+    except Exception:
+        return 1
+
+
 @dataclass
 class Config:
     """A training run. Defaults are the tuned CartPole preset; ``--preset paper`` gives the
@@ -129,7 +148,8 @@ class Config:
     (nature) or MinAtar's small one (minatar); auto picks from the observation space"""
     target_update: int = 2_000
     """Q methods: copy the global parameters to the shared target network theta^- every this
-    many global steps (paper: 40,000 frames)"""
+    many global agent steps (paper: 40,000 frames; --preset paper counts them as frames, so
+    10,000 steps on Atari, where a step is 4 frames)"""
     async_update: int = 5
     """one-step Q / Sarsa: apply the accumulated gradient every this many steps of a worker, or
     at an episode end (paper: I_AsyncUpdate = 5)"""
@@ -140,7 +160,8 @@ class Config:
     eps_probs: tuple[float, ...] = (0.4, 0.3, 0.3)
     """Q methods: probabilities of the final epsilons (paper: 0.4, 0.3, 0.3)"""
     eps_anneal_steps: int = 100_000
-    """Q methods: global steps over which epsilon is annealed (paper: 4 million frames)"""
+    """Q methods: global agent steps over which epsilon is annealed (paper: 4 million frames;
+    --preset paper counts them as frames, so 1 million steps on Atari)"""
     seed: int = 0
     """random seed (worker i uses seed-derived streams of its own)"""
     run_dir: str | None = None
@@ -159,6 +180,14 @@ class Config:
     """write TensorBoard scalars to RUN_DIR/tb when tensorboard is installed"""
     progress: bool = True
     """show a live progress bar on a terminal (a log line every few seconds otherwise)"""
+
+    def __post_init__(self) -> None:
+        # a count a preset gives in frames (the paper's unit, :class:`Frames`) becomes agent
+        # steps of this env; a count given by the user is agent steps already
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Frames):
+                setattr(self, f.name, max(1, round(int(value) / _frames_per_step(self.env))))
 
     # ---------------------------------------------------------------- derived and checks
     @property
@@ -549,11 +578,12 @@ _PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=40.0,
         lr_schedule="linear",
         shared_trunk=True,
-        target_update=40_000,
+        # the paper counts these in frames: 10,000 and 1M agent steps on Atari
+        target_update=Frames(40_000),
         async_update=5,
         eps_finals=(0.1, 0.01, 0.5),
         eps_probs=(0.4, 0.3, 0.3),
-        eps_anneal_steps=4_000_000,
+        eps_anneal_steps=Frames(4_000_000),
     ),
 }
 
