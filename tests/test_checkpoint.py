@@ -1,5 +1,5 @@
 """A checkpoint is data, not code: what loading one may build, and what a resume must refuse
-before it changes anything."""
+before it changes anything (a forged file, a toggled --normalize-obs)."""
 
 import os
 import pickle
@@ -11,6 +11,7 @@ import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.checkpoint import Refused, check_env_state, load_checkpoint, save_checkpoint
 from asyncrl.cli import main
 from asyncrl.envs import dump_vec_env, make_vec_env
+from asyncrl.rundir import RunDir
 
 
 def train(run_dir, **kw):
@@ -108,3 +109,26 @@ def test_an_env_state_may_build_only_classes_of_the_env_packages():
     check_env_state(data, "asyncrl-test/Counter-v0")
     with pytest.raises(Refused, match=r"tests\.envs_for_tests"):
         check_env_state(data, "CartPole-v1")
+
+
+# ------------------------------------------------------------------ --normalize-obs on resume
+@pytest.mark.parametrize(
+    ("trained", "resumed", "fix"),
+    [
+        (False, "--normalize-obs", "was trained without --normalize-obs"),
+        (True, "--no-normalize-obs", "was trained with --normalize-obs"),
+    ],
+)
+def test_resume_refuses_a_toggled_normalize_obs(trained, resumed, fix, tmp_path, capsys):
+    run_dir = train(tmp_path / "run", normalize_obs=trained)
+    before = files(run_dir)
+    assert main(["train", "--resume", str(run_dir), resumed]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("asyncrl train: error: --normalize-obs:") and fix in err
+    assert f"resume without {resumed}, or start a new run" in err
+    assert files(run_dir) == before
+    # the clip only bounds the normalised inputs: a resume may change it
+    flag = "--normalize-obs" if trained else "--no-normalize-obs"
+    assert main(["train", "--resume", str(run_dir), flag, "--obs-clip", "5"]) == 0
+    assert RunDir(run_dir).checkpoint.is_file()

@@ -114,7 +114,9 @@ class GlobalState:
         )
 
     def check_fits(self, snap: GlobalSnapshot, run_dir: Path) -> None:
-        """The checkpoint's tensors must fit the model the config builds."""
+        """The checkpoint's tensors must fit the model the config builds, and the observations
+        the network sees must be the ones it was trained on."""
+        _check_normalization(snap, self.obs_stats, run_dir)
         problems = []
         if snap.params.shape != tuple(self.params.shape):
             problems.append(
@@ -147,6 +149,28 @@ class GlobalState:
         else:  # another worker count: the totals carry over in the first column
             self.counters.zero_()
             self.counters[:, 0] = old.sum(dim=1)
+
+
+def _check_normalization(
+    snap: GlobalSnapshot, obs_stats: torch.Tensor | None, run_dir: Path
+) -> None:
+    """--normalize-obs is part of what the network was trained on: resumed without it, the
+    trained statistics would be dropped and the network fed raw observations; resumed with it,
+    fresh statistics would start from nothing. Either way its inputs are ones it never saw.
+    (--obs-clip may change: it only bounds the normalised inputs.)"""
+    trained, now = snap.obs_stats is not None, obs_stats is not None
+    if trained and not now:
+        raise UserError(
+            f"--normalize-obs: the run in {run_dir} was trained with --normalize-obs (its "
+            "observation statistics are in the checkpoint); resume without "
+            "--no-normalize-obs, or start a new run"
+        )
+    if now and not trained:
+        raise UserError(
+            f"--normalize-obs: the run in {run_dir} was trained without --normalize-obs (its "
+            "network never saw normalised observations); resume without --normalize-obs, or "
+            "start a new run"
+        )
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
