@@ -207,9 +207,11 @@ def test_load_and_evaluate_do_not_import_the_trainer(run_dir):
 
 def test_the_config_and_the_parser_do_not_import_pytorch():
     """What lets ``train --backend ray`` start Ray while PyTorch is imported: nothing before
-    the trainer needs it (the package's Policy and train still resolve, on first use)."""
+    the trainer needs it, the run's cluster included (the package's Policy and train still
+    resolve, on first use)."""
     code = (
         "import sys, asyncrl, asyncrl.cli; asyncrl.cli.build_parser(); asyncrl.preset(None); "
+        "import asyncrl.backends, asyncrl.backends.ray.cluster; "
         "assert 'torch' not in sys.modules, 'torch imported'; "
         "assert asyncrl.Policy.__name__ == 'Policy' and callable(asyncrl.train)"
     )
@@ -242,7 +244,7 @@ def test_a_seeded_stochastic_evaluation_repeats_itself(run_dir):
 def test_the_q_methods_refuse_a_stochastic_evaluation(run_dir, capsys):
     assert main(["train", *QUICK, "--algo", "nstep-q", "--run-dir", str(run_dir)]) == 0
     assert main(["eval", str(run_dir), "--stochastic"]) == 2
-    assert "acts greedily at evaluation" in capsys.readouterr().err
+    assert "greedily at evaluation" in capsys.readouterr().err
 
 
 def test_eval_video_writes_an_mp4_and_never_overwrites(run_dir, tmp_path, capsys):
@@ -281,3 +283,31 @@ def test_a_missing_env_extra_names_the_install_command(monkeypatch, tmp_path, ca
     assert exit_code(["train", "--env", "Pendulum-v1", "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "pip install -c constraints.txt -e '.[mujoco]'" in err and "Traceback" not in err
+
+
+def test_a_train_command_builds_the_env_once_before_the_workers_start(tmp_path, monkeypatch):
+    # one probe picks the preset and goes to the trainer, which builds no env of its own (on
+    # Atari each probe is an emulator's vector env); the Python API probes once too
+    import gymnasium as gym
+
+    import asyncrl
+    from asyncrl import worker
+
+    events: list[str] = []
+    for name in ("make", "make_vec"):
+        real = getattr(gym, name)
+        monkeypatch.setattr(
+            gym, name, lambda *a, _real=real, **k: events.append("env") or _real(*a, **k)
+        )
+    init = worker.Worker.__init__
+    monkeypatch.setattr(
+        worker.Worker, "__init__", lambda *a, **k: events.append("worker") or init(*a, **k)
+    )
+    args = ["train", "--steps", "200", "--workers", "1", "--backend", "threads", "--no-progress"]
+    assert main([*args, "--run-dir", str(tmp_path / "cli")]) == 0
+    assert events[: events.index("worker")] == ["env"]
+    events.clear()
+    asyncrl.train(
+        steps=200, workers=1, backend="threads", progress=False, run_dir=str(tmp_path / "api")
+    )
+    assert events[: events.index("worker")] == ["env"]

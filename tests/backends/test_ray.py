@@ -650,3 +650,213 @@ def test_the_server_load_line_sums_the_servers_and_shares_each_core():
 def test_bfloat16_gradients_are_a_ray_option_only():
     with pytest.raises(asyncrl.UserError, match="ray-grad-dtype"):
         asyncrl.Config(backend="processes", ray_grad_dtype="bfloat16").validate()
+
+
+class _Queued:
+    """A ParameterServer in this process whose calls wait in a queue until the test runs them,
+    in the order it picks among those whose arguments exist (Ray runs the calls of different
+    workers in whatever order they reach each server, and a call that takes another call's
+    result only once that result exists)."""
+
+    def __init__(self, server):
+        self.server, self.queue = server, []
+
+    def __getattr__(self, name):
+        return _QueuedMethod(self, name)
+
+    def run_all(self, newest_first=False) -> bool:
+        """Run every queued call whose arguments exist; whether any ran."""
+        ran = False
+        while ready := [
+            i for i, t in enumerate(self.queue) if all(a.ready for a in t[1] if isinstance(a, _Ref))
+        ]:
+            name, args, refs = self.queue.pop(ready[-1] if newest_first else ready[0])
+            out = getattr(self.server, name)(*[a.reply if isinstance(a, _Ref) else a for a in args])
+            for ref, value in zip(refs, [out] if len(refs) == 1 else out, strict=True):
+                ref.reply, ref.ready = value, True
+            ran = True
+        return ran
+
+
+class _QueuedMethod:
+    def __init__(self, actor, name, returns=1):
+        self.actor, self.name, self.returns = actor, name, returns
+
+    def options(self, num_returns=1):
+        return _QueuedMethod(self.actor, self.name, num_returns)
+
+    def remote(self, *args):
+        refs = [_Ref(None, ready=False) for _ in range(self.returns)]
+        self.actor.queue.append((self.name, args, refs))
+        return refs[0] if self.returns == 1 else refs
+
+
+class _DrivingRay:
+    """ray.get over _Queued servers: a reply not there yet is waited for by running the calls
+    that can run, oldest first."""
+
+    def __init__(self, servers):
+        self.servers = servers
+
+    def get(self, ref):
+        if isinstance(ref, list):
+            return [self.get(r) for r in ref]
+        while not ref.ready:
+            assert any(s.run_all() for s in self.servers), "a call that can never run"
+        return ref.reply
+
+
+def test_a_gradient_is_applied_to_every_shard_or_to_none(monkeypatch):
+    # --ray-servers 2 --max-staleness 0, two workers whose calls reach the two servers in
+    # opposite orders: the first server applies A's gradient and drops B's (a version behind by
+    # then); the second must do the same, not apply B's slice and drop A's (each shard deciding
+    # by its own count of versions: half of each gradient applied)
+    from asyncrl.envs import probe_env
+    from asyncrl.state import GlobalState
+
+    cfg = asyncrl.Config(
+        env="Pendulum-v1", backend="ray", ray_servers=2, max_staleness=0, lr_schedule="constant"
+    )
+    info = probe_env(cfg.env)
+    snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
+    n = snap.params.size
+    bounds = ray_backend.shard_bounds(n, 2)
+    shards = [
+        _Queued(ray_backend.ParameterServer(cfg, ray_backend.shard_snapshot(snap, a, b, k == 0)))
+        for k, (a, b) in enumerate(bounds)
+    ]
+    monkeypatch.setattr(ray_store, "ray", _DrivingRay(shards))
+    stores = [
+        ray_backend.RayStore(shards, w, pipeline=1, batch=1, bounds=bounds, one_decision=True)
+        for w in range(2)
+    ]
+    locals_ = [torch.zeros(n) for _ in stores]
+    for store, local in zip(stores, locals_, strict=True):
+        assert store.pull(local, None) == 0
+    rng = np.random.default_rng(0)
+    grads = [torch.from_numpy(rng.standard_normal(n).astype(np.float32)) for _ in stores]
+    for store, local, grad in zip(stores, locals_, grads, strict=True):
+        store.push(grad, 10, store.version)
+        store.pull(local, None)  # the call goes out; --ray-pipeline 1: not waited for
+    assert [len(s.queue) for s in shards] == [2, 2]
+    shards[1].run_all(newest_first=True)  # B's call first where it can run before the decision
+    shards[0].run_all()  # A's call first
+    shards[1].run_all(newest_first=True)
+    for store in stores:
+        store.snapshot(None)
+    # one server fed the same gradients in the first server's order: A applied, B dropped
+    one = ray_backend.ParameterServer(cfg, snap)
+    one.push(grads[0], 0, 10, 0)
+    one.push(grads[1], 0, 10, 1)
+    assert one.dropped == 1
+    joined = ray_backend.join_snapshots([s.server.snapshot() for s in shards])
+    assert np.array_equal(joined.params, one.snapshot().params)
+    assert [(s.server.version, s.server.dropped) for s in shards] == [(1, 1), (1, 1)]
+
+
+def test_a_non_finite_update_on_ray_reaches_the_log_through_the_server(monkeypatch):
+    from asyncrl.messages import GlobalSnapshot, NonFinite
+
+    monkeypatch.setattr(ray_store, "ray", _FakeRay())
+    cfg = asyncrl.Config(backend="ray")
+    snap = GlobalSnapshot(
+        np.ones(3, np.float32), {"square_avg": np.zeros(3, np.float32)}, None, 0, np.zeros((3, 1))
+    )
+    server = ray_backend.ParameterServer(cfg, snap)
+    store = ray_backend.RayStore([_Direct(server)], 4, pipeline=0, batch=1)
+    local = torch.zeros(3)
+    store.pull(local, None)
+    step = store.push(None, 5, store.version)
+    store.nonfinite(step, "loss nan, gradient norm nan")
+    store.pull(local, None)
+    stream, steps = server.drain()
+    assert NonFinite(4, 5, "loss nan, gradient norm nan") in stream
+    assert steps == 5 and server.nonfinite == 1 and server.version == 0
+
+
+def test_counting_workers_starts_no_cluster(monkeypatch):
+    # the count comes from the cluster the run has opened; nothing starts Ray to count CPUs
+    from asyncrl.backends import ThisMachine, cluster_for, worker_count
+
+    def no_init(*args, **kwargs):
+        raise AssertionError("ray.init called")
+
+    monkeypatch.setattr(ray, "init", no_init)
+    cfg = asyncrl.Config(backend="ray")
+    assert worker_count(cfg, ThisMachine(cpus=3)) == 3
+    assert worker_count(asyncrl.Config(backend="ray", workers=2), ThisMachine(cpus=3)) == 2
+    with cluster_for(asyncrl.Config(backend="threads")) as machine:
+        assert machine.cpus == (os.cpu_count() or 1)
+
+
+def test_blocks_inside_an_open_cluster_share_it_and_the_last_one_ends_it(monkeypatch):
+    # the CLI opens the cluster while PyTorch is imported and train opens it again: one start,
+    # one end, by the outer block; a connection of the caller's is used and left open
+    from asyncrl.backends import cluster_for
+    from asyncrl.backends.ray import cluster as ray_cluster
+
+    up: list = []
+    ends: list = []
+
+    class FakeRay:
+        @staticmethod
+        def is_initialized():
+            return bool(up)
+
+    monkeypatch.setattr(ray_cluster, "ray", FakeRay)
+    monkeypatch.setattr(ray_cluster, "start_ray", lambda cfg: up.append("ours"))
+    monkeypatch.setattr(ray_cluster, "stop_ray", lambda: (up.clear(), ends.append(1)))
+    cfg = asyncrl.Config(backend="ray")
+    with cluster_for(cfg):
+        with cluster_for(cfg):
+            assert up == ["ours"]
+        assert up == ["ours"] and not ends  # the inner block leaves it to the outer one
+    assert not up and ends == [1]
+    up.append("theirs")  # e.g. a notebook's ray.init
+    with cluster_for(cfg):
+        pass
+    assert up == ["theirs"] and ends == [1]
+
+
+def test_a_python_api_run_ends_the_ray_it_started_and_leaves_a_joined_cluster(cluster, tmp_path):
+    # a run that starts its own cluster shuts it down when it ends; one that joins a cluster
+    # only disconnects, and the cluster goes on
+    code = (
+        "import sys, asyncrl, ray\n"
+        "common = dict(backend='ray', workers=1, steps=2000, progress=False)\n"
+        "asyncrl.train(**common, address=sys.argv[1], run_dir=sys.argv[2] + '/joined')\n"
+        "assert not ray.is_initialized(), 'still connected to the joined cluster'\n"
+        "asyncrl.train(**common, run_dir=sys.argv[2] + '/local')\n"
+        "assert not ray.is_initialized(), 'the local cluster is still up'\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, cluster.address, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    assert r.returncode == 0, r.stderr
+    assert ray.is_initialized() and ray.cluster_resources().get("CPU", 0) >= 1  # still there
+
+
+def test_a_ray_train_command_probes_the_env_once_and_leaves_a_callers_connection(
+    cluster, run_dir, monkeypatch
+):
+    # this process is connected to the cluster already (the fixture's ray.init): the command
+    # joins through that connection and leaves it open; the env is built once here, by the
+    # probe that picks the preset (the workers build theirs on the cluster)
+    import gymnasium as gym
+
+    from asyncrl.cli import main
+
+    built: list = []
+    for name in ("make", "make_vec"):
+        real = getattr(gym, name)
+        monkeypatch.setattr(
+            gym, name, lambda *a, _real=real, **k: built.append(a) or _real(*a, **k)
+        )
+    args = ["train", "--backend", "ray", "--address", cluster.address, "--workers", "1"]
+    args += ["--steps", "2000", "--run-dir", str(run_dir), "--no-progress"]
+    assert main(args) == 0
+    assert len(built) == 1 and ray.is_initialized()
