@@ -132,6 +132,11 @@ class Diverged(RuntimeError):
     """Too many non-finite losses or gradients in a row: restarting will not help."""
 
 
+class PolicyFault(Diverged):
+    """The policy produced a non-finite action: restarting from the same parameters will not
+    help."""
+
+
 class RunningStats:
     """Sums and counts of the learner's statistics since the last report (a dict update per
     rollout; the main process turns them into running means)."""
@@ -193,6 +198,9 @@ class Worker:
                     bind_obs_stats(m, self.obs_stats)
 
         self.scale = cfg.reward_scale
+        # a NaN action is the policy's fault, caught before the env sees it (it would come back
+        # as a NaN observation, or an error of the env's, and be blamed on the env)
+        self.float_actions = spec.action.kind == "box"
         self.T = self.algo.rollout_length()
         self.buf = Rollout.for_env(self.T, B, info)
         self.obs_t = torch.from_numpy(self.buf.obs)  # views: buf.obs[t] writes show in obs_t[t]
@@ -243,11 +251,13 @@ class Worker:
             n_valid = int(ro.valid.sum())
             if n_valid:
                 self.check_env_values(ro, global_step)
-                if self.obs_stats is not None:
-                    store.observe(ro.obs[:-1][ro.valid])
                 global_step = self.learn(ro, n_valid, version)
                 if global_step < 0:  # retired while learning
                     return None
+                # after the loss: it normalises with the statistics acting used (this worker's
+                # own observations enter them only now; other workers' may have meanwhile)
+                if self.obs_stats is not None:
+                    store.observe(ro.obs[:-1][ro.valid])
             # else: a rollout of reset steps only (one env, right after an episode end):
             # nothing to learn, and a zero gradient would still decay RMSProp's statistics
             # and move Adam on its momentum, so no update is made at all.
@@ -303,6 +313,8 @@ class Worker:
                 action = algo.act(self.model, self.obs_t[t], global_step, self.rng, self.first)
                 # after an autoreset step, the next observation is a new episode's first
                 self.first = ~valid
+                if self.float_actions and not np.isfinite(action).all():
+                    self.nonfinite_action(action, global_step)
                 to_env = self.action_space.to_env(action)  # Box: clipped, or squashed
                 self.obs, reward, term, trunc, info = self.envs.step(to_env)
                 done = term | trunc
@@ -346,6 +358,14 @@ class Worker:
                     f"{self.cfg.env} returned a non-finite {name} to worker {self.wid} "
                     f"(env {env}, step {t} of the rollout ending at global step {global_step})"
                 )
+
+    def nonfinite_action(self, action: np.ndarray, global_step: int) -> None:
+        env = int(np.argwhere(~np.isfinite(action.reshape(len(action), -1)))[0][0])
+        raise PolicyFault(
+            f"the policy of worker {self.wid} produced a non-finite action {action[env]} "
+            f"(env {env}, global step {global_step}): its parameters or inputs are non-finite, "
+            "not the env's values"
+        )
 
     def nonfinite(self, global_step: int, loss: torch.Tensor, norm: float) -> None:
         self.bad_in_a_row += 1

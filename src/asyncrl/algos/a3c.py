@@ -48,8 +48,8 @@ class A3C(Algorithm):
     def act(self, model, obs, global_step, rng, first):
         return model.distribution(self.network_step(model, obs, first)).sample(rng)
 
-    @staticmethod
-    def eval_step(model, obs, state, first, deterministic, rng):
+    @classmethod
+    def eval_step(cls, model, obs, state, first, deterministic, rng):
         params, state = model.act(obs, state, first)
         dist = model.distribution(params)
         return (dist.mode().numpy() if deterministic else dist.sample(rng)), state

@@ -124,9 +124,10 @@ class Algorithm(ABC):
         """The loss whose gradient is the rollout's accumulated update, and statistics named as
         in TensorBoard (``loss/...``, ``train/...``)."""
 
-    @staticmethod
+    @classmethod
     @abstractmethod
     def eval_step(
+        cls,
         model: Any,
         obs: torch.Tensor,
         state: torch.Tensor,

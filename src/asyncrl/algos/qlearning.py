@@ -60,12 +60,12 @@ class ValueBased(Algorithm):
             actions[explore] = rng.integers(self.info.n_actions, size=int(explore.sum()))
         return actions
 
-    @staticmethod
-    def eval_step(model, obs, state, first, deterministic, rng):
+    @classmethod
+    def eval_step(cls, model, obs, state, first, deterministic, rng):
         if not deterministic:  # before the state moves on
             raise UserError(
-                "the Q methods learn Q values and act greedily at evaluation; their exploration "
-                "epsilon is a training schedule, not a policy: evaluate them deterministically"
+                f"{cls.name} learns Q values and acts greedily at evaluation; its exploration "
+                "epsilon is a training schedule, not a policy: evaluate it deterministically"
             )
         q, state = model.act(obs, state, first)
         return q.argmax(-1).numpy(), state
