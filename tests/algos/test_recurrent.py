@@ -1,5 +1,6 @@
-"""The recurrent agent's bookkeeping (every recurrent core: the LSTM and the GRU): where the state restarts, what the unroll
-recomputes, where gradients stop, and what a checkpoint carries; for A3C and the Q-learners."""
+"""The recurrent agent's bookkeeping, for every recurrent core (the LSTM and the GRU): where the
+state restarts, what the unroll recomputes, where gradients stop, and what a checkpoint carries;
+for A3C and the Q-learners."""
 
 import copy
 
@@ -63,7 +64,9 @@ def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts(cls, co
         assert model.unroll(obs, start, first)[1].shape == (T1, B)  # the values
     # zeroing is exact: env 1 from row 3 on equals a fresh unroll of rows 3.. from any state
     with torch.no_grad():
-        fresh = unrolled(model, obs[3:, 1:2], torch.randn_like(model.initial_state(1)), first[3:, 1:2])
+        fresh = unrolled(
+            model, obs[3:, 1:2], torch.randn_like(model.initial_state(1)), first[3:, 1:2]
+        )
     torch.testing.assert_close(params[3:, 1:2], fresh)
     # env 0 never restarts after row 0: its rows 1.. depend on the whole history
     with torch.no_grad():
