@@ -81,6 +81,35 @@ class Policy:
         return a
 
 
+def play_episodes(
+    policy: Policy,
+    envs: list[Any],
+    seeds: list[int],
+    deterministic: bool = True,
+    rng: np.random.Generator | None = None,
+) -> list[float]:
+    """Returns of ``len(seeds)`` whole episodes, episode i reset with ``seeds[i]``, played in
+    waves of ``len(envs)`` envs side by side: one batched forward pass a step for the wave (a
+    finished env's row is computed and ignored until the wave ends). The same call gives the
+    same returns."""
+    returns: list[float] = []
+    for start in range(0, len(seeds), len(envs)):
+        wave = seeds[start : start + len(envs)]
+        obs = np.stack([env.reset(seed=s)[0] for env, s in zip(envs, wave, strict=False)])
+        policy.reset()  # each episode starts from a zero core state
+        totals = np.zeros(len(wave))
+        live = np.ones(len(wave), bool)
+        while live.any():
+            actions = policy.act(obs, deterministic, rng)
+            for i in np.flatnonzero(live):
+                o, r, term, trunc, _ = envs[i].step(actions[i])  # type: ignore[index]
+                obs[i] = o
+                totals[i] += float(r)
+                live[i] = not (term or trunc)
+        returns.extend(totals.tolist())
+    return returns
+
+
 def load(run_dir: str | Path) -> Policy:
     """The policy saved in ``run_dir`` by ``asyncrl train``."""
     run = RunDir.existing(run_dir, "model")
