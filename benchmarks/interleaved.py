@@ -44,8 +44,10 @@ def main() -> None:
     p.add_argument("a", type=Path, help="source tree A (the code before)")
     p.add_argument("b", type=Path, help="source tree B (the code after)")
     p.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default: 10)")
-    p.add_argument("extra", nargs="*", help="arguments for `asyncrl train` (after --)")
-    args = p.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = p.parse_args(argv[:cut])
+    args.extra = argv[cut + 1 :]  # arguments for `asyncrl train` (after --)
     results: dict[str, list[dict]] = {"A": [], "B": []}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.seeds):
