@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=int, default=10, help="episodes to run (default: 10)")
     e.add_argument("--seed", type=int, default=0, help="seed of the first episode (default: 0)")
     e.add_argument(
+        "--which",
+        choices=["best", "last"],
+        default=None,
+        help="best_model.pt (the best evaluation during training) or model.pt (the final "
+        "parameters); default: the best where the run has one",
+    )
+    e.add_argument(
         "--stochastic",
         action="store_true",
         help="A3C: sample actions (seeded by --seed) instead of taking the most likely one",
@@ -129,7 +136,13 @@ def _train(ns: argparse.Namespace) -> int:
             from asyncrl.trainer import train
 
             s = train(cfg, info=info)
-    if s["solved"]:
+    if s["solved"] and s["stop_on"] == "eval":
+        print(
+            f"solved: evaluation mean {s['best_eval_return']:.1f} >= {s['target_return']:g} "
+            f"({s['eval_episodes']} episodes) after {s['solve_steps']:,} steps, "
+            f"{s['solve_seconds']:.1f} s; best_model.pt holds those parameters"
+        )
+    elif s["solved"]:
         print(
             f"solved: mean return {s['rolling_return']:.1f} >= {s['target_return']:g} after "
             f"{s['solve_steps']:,} steps, {s['solve_seconds']:.1f} s"
@@ -175,10 +188,16 @@ def _cluster_while_importing(cfg: Config) -> Iterator[None]:
 def _eval(ns: argparse.Namespace) -> int:
     import statistics
 
-    from asyncrl.policy import evaluate
+    from asyncrl.policy import describe, evaluate, load
 
+    print(f"model: {describe(load(ns.run_dir, ns.which))}")
     rets = evaluate(
-        ns.run_dir, ns.episodes, ns.seed, deterministic=not ns.stochastic, video=ns.video
+        ns.run_dir,
+        ns.episodes,
+        ns.seed,
+        deterministic=not ns.stochastic,
+        video=ns.video,
+        which=ns.which,
     )
     std = statistics.pstdev(rets)
     print(f"mean return {statistics.fmean(rets):.2f} +/- {std:.2f} over {len(rets)} episodes")

@@ -84,6 +84,21 @@ class Config:
     (default: the env's reward threshold; 475 for CartPole-v1)"""
     window: int = 100
     """episodes in the rolling mean used by the stop rule and the progress bar"""
+    stop_on: Literal["eval", "train"] = "eval"
+    """the stop rule: eval stops when an evaluation of the current parameters reaches
+    --target-return (one is run each time the mean of the last `window` training episodes
+    reaches it), so the model a solved run keeps scores the target when loaded; train stops on
+    the training episodes alone (the paper's way: exploring episodes, parameters that go on
+    changing under Hogwild)"""
+    eval_every: int | None = None
+    """evaluate the global parameters every this many env steps (default: a twentieth of
+    --steps), on envs of their own, without stalling the workers: rows of evaluations.csv, and
+    the best parameters kept as best_model.pt. 0: only the evaluations --stop-on eval asks for
+    and one of the final parameters; 0 with --stop-on train: none"""
+    eval_episodes: int = 10
+    """whole episodes (Atari: whole games with no-op starts) in each evaluation"""
+    eval_stochastic: bool = False
+    """A3C: evaluate the sampled policy instead of its mode (the greedy action)"""
     t_max: int = 8
     """steps per rollout before each asynchronous update (paper: 5)"""
     n_step: int | None = None
@@ -200,6 +215,11 @@ class Config:
             return tuple(self.hidden)
         return (64, 64) if self.algo == "a3c" else (128, 128)
 
+    @property
+    def eval_interval(self) -> int:
+        """Env steps between two evaluations (0: none but those the stop rule asks for)."""
+        return self.eval_every if self.eval_every is not None else max(1, self.steps // 20)
+
     def checkpoint_interval(self) -> tuple[str, float]:
         """('seconds', x), ('steps', n) or ('off', 0); ValueError if malformed."""
         text = str(self.checkpoint_every).strip().lower()
@@ -288,6 +308,18 @@ class Config:
         )
         _need(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
         _need(self.window >= 1, "window", f"must be >= 1, got {self.window}")
+        _need(
+            self.eval_every is None or self.eval_every >= 0,
+            "eval-every",
+            f"must be >= 0 (0: only those --stop-on eval asks for), got {self.eval_every}",
+        )
+        _need(self.eval_episodes >= 1, "eval-episodes", f"must be >= 1, got {self.eval_episodes}")
+        _need(
+            not self.eval_stochastic or self.algo == "a3c",
+            "eval-stochastic",
+            f"{self.algo} acts greedily at evaluation (its epsilon is a training schedule, not a "
+            "policy); drop --eval-stochastic",
+        )
         # numpy's SeedSequence takes no negative seed, PyTorch's none of 2**64 or more
         _need(0 <= self.seed < 2**64, "seed", f"must be >= 0 and below 2**64, got {self.seed}")
         self.env_kwargs_dict  # noqa: B018 (raises the UserError for a malformed pair)

@@ -1,5 +1,6 @@
 """The episode stream's consumer in the main process: progress display, ``episodes.csv``,
-``metrics.csv`` (the learners' diagnostics), TensorBoard scalars and the stop rule."""
+``metrics.csv`` (the learners' diagnostics), ``evaluations.csv``, TensorBoard scalars and the
+stop rule's bookkeeping."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import collections
 import csv
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from asyncrl.config import Config
 from asyncrl.messages import StatSums
@@ -15,7 +16,12 @@ from asyncrl.optim import linear_lr
 from asyncrl.rundir import RunDir
 from asyncrl.tbevents import ScalarWriter
 
+if TYPE_CHECKING:
+    from asyncrl.evaluation import Evaluation
+
 CSV_HEADER = ["episode", "worker", "return", "length", "global_step", "wall_seconds"]
+EVAL_HEADER = ["evaluation", "global_step", "wall_seconds", "mean", "std", "min", "max"]
+EVAL_HEADER += ["episodes", "seconds"]
 #: seconds between two rows of metrics.csv (and TensorBoard points of the diagnostics)
 METRICS_EVERY = 2.0
 
@@ -55,6 +61,10 @@ class Monitor:
         self.solve_seconds: float | None = None
         self.solve_steps: int | None = None
         self.global_step = 0
+        # evaluations: how many, the latest mean, and the best (mean, global step)
+        self.evaluations = 0
+        self.last_eval: float | None = None
+        self.best_eval: tuple[float, int] | None = None
         elapsed = 0.0
         if state is not None:
             self.returns.extend(state["returns"][-self.window :])
@@ -63,6 +73,15 @@ class Monitor:
             self.solve_seconds, self.solve_steps = state["solve_seconds"], state["solve_steps"]
             self.global_step = state["global_step"]
             elapsed = state["elapsed"]
+            self.evaluations = state.get("evaluations", 0)
+            self.last_eval = state.get("last_eval")
+            best = state.get("best_eval")
+            self.best_eval = None if best is None else (float(best[0]), int(best[1]))
+        eval_at = None if state is None else state.get("evaluations_bytes", 0)
+        self._eval_file = _open_csv(run_dir.evaluations, eval_at)
+        self._evals = csv.writer(self._eval_file)
+        if not eval_at:
+            self._evals.writerow(EVAL_HEADER)
         self._csv_file = _open_csv(run_dir.episodes, None if state is None else state["csv_bytes"])
         if state is None:
             csv.writer(self._csv_file).writerow(CSV_HEADER)
@@ -97,7 +116,9 @@ class Monitor:
         return time.perf_counter() - self.t0
 
     def episode(self, worker: int, ret: float, length: int, step: int) -> bool:
-        """Record one finished episode; True when this one makes the stop rule fire."""
+        """Record one finished episode; True when the mean of the last ``window`` training
+        episodes is at or above the target (with ``--stop-on train``, the first time marks the
+        run solved)."""
         self.episodes += 1
         self.returns.append(ret)
         self.global_step = max(self.global_step, step)
@@ -108,14 +129,37 @@ class Monitor:
             self._tb.add_scalar("episode/return", ret, step)
             self._tb.add_scalar("episode/length", length, step)
             self._tb.add_scalar(f"episode/rolling_return_{self.window}", mean, step)
-        if (
-            not self.solved
-            and self.target is not None
+        reached = (
+            self.target is not None
             and len(self.returns) == self.window
             and mean is not None
             and mean >= self.target
-        ):
-            self.solved, self.solve_seconds, self.solve_steps = True, wall, step
+        )
+        if reached and not self.solved and self.cfg.stop_on == "train":
+            self.mark_solved(step)
+        return reached
+
+    def mark_solved(self, step: int) -> None:
+        self.solved, self.solve_seconds, self.solve_steps = True, self.elapsed(), step
+
+    def evaluation(self, ev: Evaluation) -> bool:
+        """Record an evaluation (a row of evaluations.csv, TensorBoard ``eval/*``); True when it
+        is the best so far."""
+        self.evaluations = max(self.evaluations, ev.index + 1)
+        self.last_eval = mean = ev.mean
+        row = [ev.index, ev.global_step, f"{ev.wall_seconds:.3f}", f"{mean:.6g}"]
+        row += [f"{ev.std:.6g}", f"{min(ev.returns):.6g}", f"{max(ev.returns):.6g}"]
+        row += [len(ev.returns), f"{ev.seconds:.3f}"]
+        self._evals.writerow(row)
+        self._eval_file.flush()
+        if self._tb is not None:
+            for tag, v in (("mean_return", mean), ("std_return", ev.std)):
+                self._tb.add_scalar(f"eval/{tag}", v, ev.global_step)
+            self._tb.add_scalar("eval/min_return", min(ev.returns), ev.global_step)
+            self._tb.add_scalar("eval/max_return", max(ev.returns), ev.global_step)
+            self._tb.add_scalar("eval/seconds", ev.seconds, ev.global_step)
+        if self.best_eval is None or mean > self.best_eval[0]:
+            self.best_eval = (mean, ev.global_step)
             return True
         return False
 
@@ -156,9 +200,14 @@ class Monitor:
     def state_dict(self) -> dict:
         self._csv_file.flush()
         self._metrics_file.flush()
+        self._eval_file.flush()
         return {
             "csv_bytes": self._csv_file.tell(),
             "metrics_bytes": self._metrics_file.tell(),
+            "evaluations_bytes": self._eval_file.tell(),
+            "evaluations": self.evaluations,
+            "last_eval": self.last_eval,
+            "best_eval": self.best_eval,
             "returns": list(self.returns),
             "episodes": self.episodes,
             "solved": self.solved,
@@ -182,10 +231,11 @@ class Monitor:
         if self.frames_per_step > 1:
             f = self.global_step * self.frames_per_step
             frames = f" frames {f:,} ({sps * self.frames_per_step:,.0f}/s)"
+        evaluated = "" if self.last_eval is None else f"  eval {self.last_eval:.1f}"
         return (
             f"[{elapsed:6.1f}s] steps {self.global_step:,}/{self.total_steps:,} "
             f"({sps:,.0f}/s){frames}  episodes {self.episodes:,}  "
-            f"return(last {self.window}) {ret_s}"
+            f"return(last {self.window}) {ret_s}{evaluated}"
         )
 
     def log(self, message: str) -> None:
@@ -230,5 +280,6 @@ class Monitor:
             self._bar.stop()
         self._csv_file.close()
         self._metrics_file.close()
+        self._eval_file.close()
         if self._tb is not None:
             self._tb.close()

@@ -1,5 +1,6 @@
-"""Learning curves from ``episodes.csv`` (return against env steps and against wall time) and,
-where the run has them, the learners' diagnostics from ``metrics.csv`` in a second figure."""
+"""Learning curves from ``episodes.csv`` (return against env steps and against wall time), with
+the evaluations of ``evaluations.csv`` over them, and, where the run has them, the learners'
+diagnostics from ``metrics.csv`` in a second figure."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ def read_episodes(run_dir: str | Path) -> dict[str, list[float]]:
     run = RunDir.existing(run_dir, "episodes")
     cols = read_csv(run.episodes)
     return {k: cols.get(k, []) for k in ("return", "global_step", "wall_seconds")}
+
+
+def read_evaluations(run_dir: str | Path) -> dict[str, list[float]]:
+    """The columns of ``evaluations.csv`` (empty where the run made no evaluation)."""
+    path = RunDir(Path(run_dir)).evaluations
+    cols = read_csv(path) if path.is_file() else {}
+    return {k: cols.get(k, []) for k in ("global_step", "wall_seconds", "mean", "std")}
 
 
 def rolling_mean(xs: list[float], window: int) -> list[float]:
@@ -64,6 +72,9 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 1
     per_step = frames_per_step(run_dir)
     if per_step > 1:  # Atari: emulator frames, the unit its literature counts in
         data["global_step"] = [s * per_step for s in data["global_step"]]
+    evals = read_evaluations(run_dir)
+    if per_step > 1:
+        evals["global_step"] = [s * per_step for s in evals["global_step"]]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, key, label in (
         (axes[0], "global_step", "emulator frames" if per_step > 1 else "env steps"),
@@ -71,6 +82,18 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 1
     ):
         ax.plot(data[key], data["return"], ".", ms=2, alpha=0.3, label="episode")
         ax.plot(data[key], smooth, lw=2, label=f"mean of last {window}")
+        if evals["mean"]:
+            ax.errorbar(
+                evals[key],
+                evals["mean"],
+                yerr=evals["std"],
+                fmt="o-",
+                ms=4,
+                lw=1,
+                capsize=2,
+                color="black",
+                label="evaluation (mean, std)",
+            )
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("return")

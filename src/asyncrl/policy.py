@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -37,6 +37,8 @@ class Policy:
         self.env_kwargs = env_kwargs or {}
         self._eval_step = REGISTRY[algo].eval_step
         self.state: torch.Tensor | None = None  # the core's state per evaluated env
+        self.source: Path | None = None  # the file it was loaded from (asyncrl.load)
+        self.evaluation: dict[str, Any] | None = None  # the best evaluation, for best_model.pt
 
     def reset(self) -> None:
         """Forget the core's state: call it when an episode starts (``evaluate`` does)."""
@@ -110,21 +112,48 @@ def play_episodes(
     return returns
 
 
-def load(run_dir: str | Path) -> Policy:
-    """The policy saved in ``run_dir`` by ``asyncrl train``."""
+Which = Literal["best", "last"]
+
+
+def load(run_dir: str | Path, which: Which | None = None) -> Policy:
+    """The policy saved in ``run_dir`` by ``asyncrl train``: ``best`` (``best_model.pt``, the
+    parameters with the best evaluation during training), ``last`` (``model.pt``, the final
+    parameters), or by default the best where the run has one. ``Policy.source`` says which
+    file was loaded, and ``Policy.evaluation`` the evaluation that made it the best."""
     run = RunDir.existing(run_dir, "model")
+    if which not in (None, "best", "last"):
+        raise UserError(f"--which: choose best or last, got {which!r}")
+    if which == "best" and not run.best_model.is_file():
+        raise UserError(
+            f"--which best: {run.path} has no best_model.pt (the run made no evaluation); "
+            "use --which last"
+        )
+    path = run.best_model if which != "last" and run.best_model.is_file() else run.model
     try:
-        blob = torch.load(run.model, map_location="cpu", weights_only=True)
+        blob = torch.load(path, map_location="cpu", weights_only=True)
         spec = ModelSpec.from_dict(blob["spec"])
         model = build_model(spec)
         model.load_state_dict(blob["state_dict"])
     except Exception as e:
-        raise UserError(f"{run.model} cannot be read ({type(e).__name__}: {e})") from None
+        raise UserError(f"{path} cannot be read ({type(e).__name__}: {e})") from None
     from asyncrl.envs import parse_env_kwargs
 
     cfg = run.read_config()
-    return Policy(
+    policy = Policy(
         model, blob["algo"], spec, cfg["env"], parse_env_kwargs(cfg.get("env_kwargs", ()))
+    )
+    policy.source, policy.evaluation = path, blob.get("evaluation")
+    return policy
+
+
+def describe(policy: Policy) -> str:
+    """Which model file a loaded policy came from, in words."""
+    ev, name = policy.evaluation, "model" if policy.source is None else policy.source.name
+    if ev is None:
+        return f"{name} (the final parameters)"
+    return (
+        f"{name} (the best evaluation: mean {ev['mean']:.1f} over "
+        f"{ev['episodes']} episodes at step {ev['global_step']:,})"
     )
 
 
@@ -134,6 +163,7 @@ def evaluate(
     seed: int = 0,
     deterministic: bool = True,
     video: str | Path | None = None,
+    which: Which | None = None,
 ) -> list[float]:
     """Returns of ``episodes`` full episodes (whole games with no-op starts on Atari) of the
     saved policy. Episode i resets with ``seed + i``; a stochastic policy samples with a
@@ -143,7 +173,7 @@ def evaluate(
 
     if episodes < 1:
         raise UserError(f"--episodes: must be >= 1, got {episodes}")
-    policy = load(run_dir)
+    policy = load(run_dir, which)
     if not deterministic and policy.spec.kind != "actor-critic":
         policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal
     writer = None if video is None else _video_writer(Path(video), policy.env_id)

@@ -26,6 +26,15 @@ class RunDir:
         return self.path / "model.pt"
 
     @property
+    def best_model(self) -> Path:
+        """The parameters with the best evaluation (``model.pt`` holds the last ones)."""
+        return self.path / "best_model.pt"
+
+    @property
+    def evaluations(self) -> Path:
+        return self.path / "evaluations.csv"
+
+    @property
     def summary(self) -> Path:
         return self.path / "summary.json"
 

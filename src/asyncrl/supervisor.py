@@ -1,8 +1,9 @@
 """The main process's loop over a run, the same for every backend: it reads the workers'
 messages, counts faults against the restart limit and has the run restart a worker, asks for
-checkpoints and writes them, and stops the run on the stop rule, the step budget, a signal or a
-fatal error. How workers are started, restarted and heard from is the run's business
-(:class:`Run`: shared memory for threads and processes, a parameter server for Ray)."""
+checkpoints and writes them, hands the evaluator snapshots of the global state and keeps the
+best, and stops the run on the stop rule, the step budget, a signal or a fatal error. How
+workers are started, restarted and heard from is the run's business (:class:`Run`: shared
+memory for threads and processes, a parameter server for Ray)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from asyncrl.config import Config
 from asyncrl.messages import (
@@ -26,6 +27,9 @@ from asyncrl.messages import (
     WorkerSnapshot,
 )
 from asyncrl.monitor import Monitor
+
+if TYPE_CHECKING:
+    from asyncrl.evaluation import Evaluation, Evaluator
 
 
 class Ended(enum.Enum):
@@ -118,9 +122,17 @@ class Supervisor:
         monitor: Monitor,
         write_checkpoint: Callable[[GlobalSnapshot, dict[int, dict], int], None],
         restarts: int = 0,
+        evaluator: Evaluator | None = None,
+        save_best: Callable[[Evaluation], None] | None = None,
     ):
         self.cfg, self.run_, self.monitor = cfg, run, monitor
         self.write_checkpoint = write_checkpoint
+        self.evaluator, self.save_best = evaluator, save_best
+        self.last_eval_step = run.global_step()
+        # --stop-on eval: the training mean reached the target, an evaluation is wanted; it is
+        # asked for again only after a quarter of a window of new episodes (not back to back)
+        self.eval_wanted = False
+        self.eval_asked_at = -(10**9)
         self.outcome = Outcome(restarts=restarts)
         self.snapshots: dict[int, WorkerSnapshot] = {}
         self.done: set[int] = set()
@@ -137,6 +149,7 @@ class Supervisor:
                 for msg in self.run_.receive(timeout=0.1):
                     self.handle(msg)
                 self.maybe_checkpoint()
+                self.maybe_evaluate()
                 self.monitor.refresh(self.run_.global_step())
             self.outcome.glob = self.run_.finish(self.snapshots)
         except ServerLost as e:
@@ -164,7 +177,12 @@ class Supervisor:
                 self.monitor.add_stats(stats)
                 for ret, length in episodes:
                     if self.monitor.episode(w, ret, length, step) and not self.stopping:
-                        self.end(Ended.SOLVED)
+                        if self.cfg.stop_on == "train" or self.evaluator is None:
+                            if not self.monitor.solved:
+                                self.monitor.mark_solved(step)
+                            self.end(Ended.SOLVED)
+                        else:
+                            self.eval_wanted = True
             case Snapshot(worker=w, incarnation=inc, request=request, snapshot=snap):
                 if inc == run.incarnation(w):
                     self.snapshots[w] = snap
@@ -227,6 +245,82 @@ class Supervisor:
         self.run_.retire(wid)
         self.done.add(wid)
         self.forget_pending(wid)
+
+    # ------------------------------------------------------------------ evaluations
+    def maybe_evaluate(self) -> None:
+        """Hand the evaluator the global state when an evaluation is due (every --eval-every
+        steps) or wanted (the stop rule's), and take what it has finished."""
+        ev = self.evaluator
+        if ev is None:
+            return
+        for result in ev.results():
+            self.evaluated(result)
+        if self.stopping or ev.busy:
+            return
+        step = self.run_.global_step()
+        every = self.cfg.eval_interval
+        due = every > 0 and step - self.last_eval_step >= every
+        wanted = self.eval_wanted and (
+            self.monitor.episodes - self.eval_asked_at >= max(1, self.cfg.window // 4)
+        )
+        if due or wanted:
+            self.evaluate_now(step)
+            self.eval_wanted = False
+            if wanted:
+                self.eval_asked_at = self.monitor.episodes
+
+    def evaluate_now(self, step: int, snap: GlobalSnapshot | None = None) -> bool:
+        """Hand the evaluator the global state (``snap``, or the run's now): a reader of the
+        parameters, as a checkpoint is. False while it is busy."""
+        assert self.evaluator is not None
+        snap = snap if snap is not None else self.run_.checkpoint_state({})
+        index = self.monitor.evaluations
+        if not self.evaluator.submit(index, step, self.monitor.elapsed(), snap):
+            return False
+        self.monitor.evaluations = index + 1
+        self.last_eval_step = step
+        return True
+
+    def evaluated(self, result: Evaluation) -> None:
+        if result.error is not None:
+            self.monitor.log(
+                f"evaluation {result.index} failed ({result.error}); the run goes on without "
+                "evaluations"
+            )
+            self.evaluator = None
+            return
+        if self.monitor.evaluation(result) and self.save_best is not None:
+            self.save_best(result)
+        target = self.monitor.target
+        if (
+            self.cfg.stop_on == "eval"
+            and target is not None
+            and result.mean >= target
+            and not self.monitor.solved
+        ):
+            self.monitor.mark_solved(result.global_step)
+            if not self.stopping:
+                self.end(Ended.SOLVED)
+
+    def final_evaluation(self) -> None:
+        """After the workers stopped: the evaluation under way, then one of the final
+        parameters where the run ended on its budget (or on the training episodes, with
+        --stop-on train), so that the best model is the better of the best and the last. None
+        after a signal (the user wants out), a fault (the final state is not trusted) or an
+        evaluation that solved the task (its parameters are the best model already)."""
+        ev, glob = self.evaluator, self.outcome.glob
+        if ev is None:
+            return
+        ended = self.outcome.ended
+        # after a signal, no waiting for an evaluation under way (an Atari one takes seconds)
+        for result in ev.results() if ended is Ended.INTERRUPTED else ev.wait():
+            self.evaluated(result)
+        final = ended is Ended.BUDGET or (ended is Ended.SOLVED and self.cfg.stop_on == "train")
+        if glob is None or self.evaluator is None or not final:
+            return
+        if glob.steps > self.last_eval_step and self.evaluate_now(glob.steps, glob):
+            for result in ev.wait():
+                self.evaluated(result)
 
     # ------------------------------------------------------------------ checkpoints
     def maybe_checkpoint(self) -> None:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from asyncrl.algos import Algorithm, make_algorithm
@@ -23,6 +24,7 @@ from asyncrl.checkpoint import load_checkpoint, save_checkpoint
 from asyncrl.config import Config, preset
 from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
+from asyncrl.evaluation import Evaluation, Evaluator
 from asyncrl.heap import return_freed_memory
 from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
@@ -92,20 +94,36 @@ def _run(
         del payload
         return_freed_memory()  # the snapshots' and the pickle's blocks (asyncrl.heap)
 
+    def save_best(ev: Evaluation) -> None:
+        assert ev.snapshot is not None
+        best = {"global_step": ev.global_step, "mean": ev.mean, "episodes": len(ev.returns)}
+        _save_params(run_dir.best_model, cfg, spec, ev.snapshot, evaluation=best)
+
     run = make_run(cfg, info, spec, state)
-    supervisor = Supervisor(cfg, run, monitor, write_checkpoint, ckpt["restarts"] if ckpt else 0)
+    evaluator = _evaluator(cfg, spec)
+    supervisor = Supervisor(
+        cfg,
+        run,
+        monitor,
+        write_checkpoint,
+        ckpt["restarts"] if ckpt else 0,
+        evaluator=evaluator,
+        save_best=save_best,
+    )
     steps_at_start, t_start = state.steps(), time.perf_counter()
     # each worker resumes its own state (RNG, envs, algorithm state) if the worker count is kept
     same_workers = ckpt is not None and ckpt["glob"].counters.shape == state.counters.shape
-    with _signals_stop(supervisor.interrupt), monitor:
+    with _signals_stop(supervisor.interrupt), monitor, _closing(evaluator):
         outcome = supervisor.run(ckpt["workers"] if ckpt and same_workers else {})
         train_seconds = time.perf_counter() - t_start
         extra, lines = run.closing()
         for line in lines:
             monitor.log(line)
+        supervisor.final_evaluation()
         if outcome.glob is not None:  # None: the global state died with the Ray server
             state.restore(outcome.glob)
-            save_model(run_dir, cfg, spec, state)  # never holds a NaN: none is ever applied
+            # never holds a NaN: none is ever applied
+            _save_params(run_dir.model, cfg, spec, outcome.glob)
             if not outcome.ended.keeps_last_checkpoint:
                 write_checkpoint(outcome.glob, outcome.workers, outcome.restarts)
     summary = _summary(cfg, run_dir, state, monitor, outcome, ckpt)
@@ -171,6 +189,12 @@ def _summary(
         "rolling_return": monitor.rolling_return,
         "worker_restarts": outcome.restarts,
         "nonfinite_updates": state.nonfinite(),
+        "stop_on": cfg.stop_on,
+        "evaluations": monitor.evaluations,
+        "eval_episodes": cfg.eval_episodes,
+        "last_eval_return": monitor.last_eval,
+        "best_eval_return": None if monitor.best_eval is None else monitor.best_eval[0],
+        "best_eval_step": None if monitor.best_eval is None else monitor.best_eval[1],
         "resumed": ckpt is not None,
     }
 
@@ -217,16 +241,43 @@ def _signals_stop(stop: Callable[[int], None]) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def save_model(run_dir: RunDir, cfg: Config, spec: ModelSpec, state: GlobalState) -> None:
-    """Write the model atomically: a reader sees the old file or the new one, never half."""
+def _evaluator(cfg: Config, spec: ModelSpec) -> Evaluator | None:
+    """The run's evaluator: none with --eval-every 0 and --stop-on train."""
+    if cfg.eval_interval == 0 and cfg.stop_on == "train":
+        return None
+    return Evaluator(
+        spec,
+        cfg.algo,
+        cfg.env,
+        cfg.env_kwargs_dict,
+        episodes=cfg.eval_episodes,
+        deterministic=not cfg.eval_stochastic,
+        seed=cfg.seed,
+    )
+
+
+@contextmanager
+def _closing(evaluator: Evaluator | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if evaluator is not None:
+            evaluator.close()
+
+
+def _save_params(
+    path: Path, cfg: Config, spec: ModelSpec, snap: GlobalSnapshot, **extra: Any
+) -> None:
+    """Write a model file (``model.pt``, ``best_model.pt``) of the snapshot's parameters and
+    observation statistics, atomically: a reader sees the old file or the new one, never half."""
     model = build_model(spec)
-    flatten_parameters(model, state.params)
-    if state.obs_stats is not None:
-        bind_obs_stats(model, state.obs_stats)
-    blob = {"algo": cfg.algo, "spec": spec.to_dict(), "state_dict": model.state_dict()}
-    tmp = run_dir.model.with_name(run_dir.model.name + ".tmp")
+    flatten_parameters(model, torch.from_numpy(np.array(snap.params)))
+    if snap.obs_stats is not None:
+        bind_obs_stats(model, torch.from_numpy(np.array(snap.obs_stats)))
+    blob = {"algo": cfg.algo, "spec": spec.to_dict(), "state_dict": model.state_dict(), **extra}
+    tmp = path.with_name(path.name + ".tmp")
     torch.save(blob, tmp)
-    os.replace(tmp, run_dir.model)
+    os.replace(tmp, path)
 
 
 __all__ = ["Ended", "Interrupted", "TrainingError", "UserError", "train"]

@@ -1,0 +1,169 @@
+"""Evaluation during training: a reader of the global parameters, as a checkpoint is.
+
+The supervisor hands the :class:`Evaluator` a snapshot of the global state (shared memory, or
+the Ray server's) when an evaluation is due; a thread of the main process plays whole episodes
+of the policy on envs of its own (greedy by default, whole games with no-op starts on Atari, as
+``asyncrl eval``) and hands back an :class:`Evaluation`, which the monitor records and the
+trainer keeps as the best model when it is the best so far. No worker waits for it: it only
+shares the cores, one evaluation at a time.
+
+(SB3's ``EvalCallback``, RLlib's evaluation workers and PFRL's evaluator in
+``train_agent_async`` give their users the same: a number for the policy itself rather than
+for the exploring episodes, and the best model kept.)
+"""
+
+from __future__ import annotations
+
+import queue
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.messages import GlobalSnapshot
+from asyncrl.models import ModelSpec, build_model, flatten_parameters
+from asyncrl.policy import Policy, play_episodes
+
+#: a tag mixed into the evaluation envs' seeds, so they never share a stream with a worker's
+_EVAL_STREAM = 0xE7A1
+
+
+def eval_seeds(seed: int, index: int, episodes: int) -> list[int]:
+    """The reset seeds of evaluation ``index`` of a run: new episodes each time (the best
+    model is not picked on a fixed set of starts), the same ones on a rerun of the seed."""
+    ss = np.random.SeedSequence([seed, _EVAL_STREAM, index])
+    return [int(s) for s in ss.generate_state(episodes, np.uint32)]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation of the global parameters at ``global_step``."""
+
+    index: int
+    global_step: int
+    wall_seconds: float  # of the run, when the parameters were read
+    returns: tuple[float, ...]
+    seconds: float  # the evaluation's own time
+    snapshot: GlobalSnapshot | None = field(default=None, repr=False, compare=False)
+    error: str | None = None  # the evaluation failed (the run goes on without it)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.returns)
+
+    @property
+    def std(self) -> float:
+        return statistics.pstdev(self.returns)
+
+
+class Evaluator:
+    """Plays ``episodes`` episodes of the policy on each snapshot :meth:`submit` hands it, in a
+    thread of its own; :meth:`results` returns the finished evaluations."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        algo: str,
+        env_id: str,
+        env_kwargs: dict[str, Any],
+        *,
+        episodes: int,
+        deterministic: bool,
+        seed: int,
+    ):
+        self.spec, self.algo, self.env_id, self.env_kwargs = spec, algo, env_id, env_kwargs
+        self.episodes, self.deterministic, self.seed = episodes, deterministic, seed
+        self._requests: queue.Queue[tuple[int, int, float, GlobalSnapshot] | None] = queue.Queue()
+        self._results: queue.Queue[Evaluation] = queue.Queue()
+        self._pending = 0  # submitted, not yet taken back (only the caller's thread counts)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._pending > 0
+
+    def submit(self, index: int, global_step: int, wall: float, snap: GlobalSnapshot) -> bool:
+        """Evaluate ``snap``; False (and nothing done) while an evaluation is under way."""
+        if self._pending:
+            return False
+        self._pending += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="asyncrl-eval", daemon=True)
+            self._thread.start()
+        self._requests.put((index, global_step, wall, snap))
+        return True
+
+    def results(self) -> list[Evaluation]:
+        """The evaluations finished since the last call."""
+        out = []
+        while True:
+            try:
+                out.append(self._results.get_nowait())
+            except queue.Empty:
+                break
+        self._pending -= len(out)
+        return out
+
+    def wait(self) -> list[Evaluation]:
+        """:meth:`results`, once the evaluation under way (if any) has finished."""
+        out = []
+        while self._pending:
+            out.append(self._results.get())
+            self._pending -= 1
+        return out + self.results()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._requests.put(None)
+            self._thread.join(timeout=5.0)
+
+    # ------------------------------------------------------------------ the thread
+    def _loop(self) -> None:
+        torch.set_num_threads(1)  # one core's worth, like a worker
+        from asyncrl.envs import make_eval_env
+
+        model = build_model(self.spec)
+        flat = flatten_parameters(model)
+        policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
+        envs: list[Any] = []
+        rng = np.random.default_rng([self.seed, _EVAL_STREAM])
+        try:
+            while (request := self._requests.get()) is not None:
+                index, step, wall, snap = request
+                t0 = time.perf_counter()
+                try:
+                    if not envs:
+                        envs = [
+                            make_eval_env(self.env_id, self.seed, None, self.env_kwargs)
+                            for _ in range(min(self.episodes, MAX_EVAL_ENVS))
+                        ]
+                    load_snapshot(model, flat, snap)
+                    seeds = eval_seeds(self.seed, index, self.episodes)
+                    returns = play_episodes(policy, envs, seeds, self.deterministic, rng)
+                    ev = Evaluation(
+                        index, step, wall, tuple(returns), time.perf_counter() - t0, snap
+                    )
+                except Exception as e:  # reported; the run goes on without evaluations
+                    ev = Evaluation(index, step, wall, (), time.perf_counter() - t0, None, str(e))
+                self._results.put(ev)
+        finally:
+            for env in envs:
+                env.close()
+
+
+#: envs an evaluation steps side by side (its episodes are played in waves of this many)
+MAX_EVAL_ENVS = 16
+
+
+@torch.no_grad()
+def load_snapshot(model: torch.nn.Module, flat: torch.Tensor, snap: GlobalSnapshot) -> None:
+    """Give ``model`` (whose parameters are views of ``flat``) the snapshot's parameters and
+    observation statistics."""
+    flat.copy_(torch.from_numpy(snap.params))
+    norm = getattr(model, "obs_norm", None)
+    if norm is not None and snap.obs_stats is not None:
+        norm.stats.copy_(torch.from_numpy(snap.obs_stats))

@@ -1,0 +1,179 @@
+"""Evaluation during training: rows of evaluations.csv on every backend, the best parameters kept
+as best_model.pt, --which, the evaluation stop rule, and resume."""
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+import asyncrl
+import tests.envs_for_tests  # noqa: F401  (registers the envs)
+from asyncrl import evaluation
+from asyncrl.checkpoint import load_checkpoint
+from asyncrl.cli import main
+from asyncrl.errors import Interrupted, UserError
+from asyncrl.evaluation import eval_seeds
+
+
+def params(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+
+
+def rows(run_dir):
+    with open(run_dir / "evaluations.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+QUICK = dict(workers=1, seed=0, steps=6_000, eval_every=2_000, progress=False)
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_evaluations_are_rows_and_the_best_is_kept(backend, run_dir):
+    summary = asyncrl.train(backend=backend, target_return=1e9, run_dir=str(run_dir), **QUICK)
+    evals = rows(run_dir)
+    # every 2,000 steps while training (the budget ends it), and one of the final parameters
+    assert len(evals) == summary["evaluations"] >= 3
+    assert [int(r["evaluation"]) for r in evals] == list(range(len(evals)))
+    steps = [int(r["global_step"]) for r in evals]
+    assert steps == sorted(steps) and steps[-1] == summary["total_steps"]
+    for r in evals:
+        assert int(r["episodes"]) == 10
+        assert float(r["min"]) <= float(r["mean"]) <= float(r["max"])
+    best = max(evals, key=lambda r: float(r["mean"]))
+    assert summary["best_eval_return"] == pytest.approx(float(best["mean"]))
+    policy = asyncrl.load(run_dir)
+    assert policy.source.name == "best_model.pt"
+    assert policy.evaluation["global_step"] == int(best["global_step"])
+
+
+def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, monkeypatch):
+    """A scheduled stand-in for the episodes: evaluation k scores SCHEDULE[k] whatever the
+    policy, so the second one is the best; best_model.pt must hold the parameters that
+    evaluation read, not the last ones, nor those of any other evaluation."""
+    schedule = [1.0, 5.0, 3.0, 2.0, 4.0, 0.0, 0.0, 0.0]
+    seen: dict[int, np.ndarray] = {}
+    calls = []
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None):
+        k = len(calls)
+        calls.append(k)
+        seen[k] = params(policy.model)
+        return [schedule[k]] * len(seeds)
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
+    evals = rows(run_dir)
+    assert [float(r["mean"]) for r in evals] == schedule[: len(evals)]
+    best = asyncrl.load(run_dir, "best")
+    best_params = params(best.model)
+    np.testing.assert_array_equal(best_params, seen[1])
+    assert best.evaluation == {
+        "global_step": int(evals[1]["global_step"]),
+        "mean": 5.0,
+        "episodes": 10,
+    }
+    last = params(asyncrl.load(run_dir, "last").model)
+    assert not np.array_equal(best_params, last)
+    np.testing.assert_array_equal(last, seen[len(evals) - 1])  # the final evaluation's
+
+
+def test_which_loads_the_file_it_names(run_dir, capsys):
+    asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
+    assert asyncrl.load(run_dir, "last").source.name == "model.pt"
+    assert asyncrl.load(run_dir, "best").source.name == "best_model.pt"
+    assert main(["eval", str(run_dir), "--episodes", "1", "--which", "last"]) == 0
+    assert "model: model.pt (the final parameters)" in capsys.readouterr().out
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    assert "model: best_model.pt (the best evaluation: mean" in capsys.readouterr().out
+    (run_dir / "best_model.pt").unlink()
+    assert asyncrl.load(run_dir).source.name == "model.pt"  # the default falls back
+    assert main(["eval", str(run_dir), "--which", "best"]) == 2
+    err = capsys.readouterr().err
+    assert "has no best_model.pt" in err and "--which last" in err and len(err.splitlines()) == 1
+
+
+def test_stop_on_eval_stops_when_an_evaluation_reaches_the_target(run_dir):
+    summary = asyncrl.train(
+        backend="threads", workers=2, seed=0, steps=500_000, eval_every=0, progress=False,
+        run_dir=str(run_dir),
+    )  # fmt: skip
+    assert summary["solved"] and summary["stop_on"] == "eval"
+    evals = rows(run_dir)
+    # asked for by the training episodes' mean only: no evaluation before it reached 475
+    assert float(evals[-1]["mean"]) >= 475.0 == summary["target_return"]
+    assert summary["solve_steps"] == int(evals[-1]["global_step"])
+    returns = asyncrl.evaluate(run_dir, episodes=20, seed=123)  # the best model, new starts
+    assert np.mean(returns) >= 475.0, returns
+
+
+def test_stop_on_train_is_the_training_episodes_rule(run_dir):
+    summary = asyncrl.train(
+        backend="threads", workers=2, seed=0, steps=500_000, stop_on="train", progress=False,
+        run_dir=str(run_dir),
+    )  # fmt: skip
+    assert summary["solved"] and summary["rolling_return"] >= 475.0
+    # evaluations went on every 25,000 steps whatever they scored; the final parameters last
+    evals = rows(run_dir)
+    assert summary["evaluations"] == len(evals) >= 1
+    assert int(evals[-1]["global_step"]) == summary["total_steps"]
+
+
+def test_no_evaluation_at_all_when_switched_off(run_dir):
+    summary = asyncrl.train(
+        backend="threads", target_return=1e9, run_dir=str(run_dir), **{**QUICK, "eval_every": 0},
+        stop_on="train",
+    )  # fmt: skip
+    assert summary["evaluations"] == 0 and not (run_dir / "best_model.pt").exists()
+    assert len(rows(run_dir)) == 0
+    assert asyncrl.load(run_dir).source.name == "model.pt"
+
+
+def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAULT_DIR", str(tmp_path))  # where the fault notes it fired (once)
+    run_dir = tmp_path / "run"
+    env = "asyncrl-test/CartPole-sigint-main-v0"  # SIGINT to the main process at env step 700
+    cfg = dict(QUICK, backend="threads", env=env, target_return=1e9)
+    cfg |= dict(steps=24_000, eval_every=3_000)  # each of the 16 envs reaches step 700
+    with pytest.raises(Interrupted):
+        asyncrl.train(**cfg, run_dir=str(run_dir))
+    before = rows(run_dir)
+    assert load_checkpoint(run_dir)["monitor"]["evaluations"] == len(before) >= 1
+    assert (run_dir / "best_model.pt").exists()
+    best_before = torch.load(run_dir / "best_model.pt", weights_only=True)["evaluation"]
+    summary = asyncrl.train(resume=run_dir)
+    after = rows(run_dir)
+    # the history goes on from the checkpoint: its rows kept, indices never repeat
+    assert after[: len(before)] == before
+    indices = [int(r["evaluation"]) for r in after]
+    assert indices == sorted(set(indices)) and len(after) > len(before)
+    best_after = torch.load(run_dir / "best_model.pt", weights_only=True)["evaluation"]
+    assert best_after["mean"] >= best_before["mean"]
+    assert summary["best_eval_return"] == pytest.approx(best_after["mean"])
+
+
+def test_evaluation_seeds_differ_between_evaluations_and_repeat_with_the_seed():
+    a, b = eval_seeds(0, 0, 10), eval_seeds(0, 1, 10)
+    assert len(set(a)) == 10 and not set(a) & set(b)
+    assert eval_seeds(0, 1, 10) == b and eval_seeds(1, 1, 10) != b
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--eval-episodes", "0"], "--eval-episodes"),
+        (["--eval-every", "-1"], "--eval-every"),
+        (["--algo", "nstep-q", "--eval-stochastic"], "--eval-stochastic"),
+    ],
+)
+def test_bad_evaluation_options_are_one_line(args, flag, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", "--run-dir", str(run_dir), *args]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and len(err.strip().splitlines()) == 1 and not run_dir.exists()
+
+
+def test_which_refuses_a_bad_name(run_dir):
+    asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
+    with pytest.raises(UserError, match="--which"):
+        asyncrl.load(run_dir, "first")  # type: ignore[arg-type]
