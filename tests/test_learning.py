@@ -12,15 +12,12 @@ def test_a3c_solves_cartpole(backend, run_dir):
         backend=backend, workers=2, seed=0, steps=1_000_000, run_dir=str(run_dir), progress=False
     )
     assert summary["solved"], summary
-    assert summary["rolling_return"] >= 475
     assert summary["solve_steps"] <= summary["total_steps"] < 1_000_000
-    # The saved policy is the trained one (a random policy averages about 22). Not 475: the
-    # stop rule judges the last 100 sampled episodes, and with two Hogwild workers the last
-    # updates before they stop are not reproducible; a run that just reached 475 has left a
-    # policy scoring anywhere from 70 to 500 (greedy or sampled) in CI dry runs, hence the
-    # bound of twice a random policy's score.
-    returns = asyncrl.evaluate(run_dir, episodes=10, seed=0, deterministic=False)
-    assert sum(returns) / len(returns) >= 45, returns
+    # solved by the evaluation stop rule: the kept model (best_model.pt, what load and eval
+    # take by default) scored 475 over the run's evaluation, and scores it on new starts too
+    assert summary["best_eval_return"] >= 475
+    returns = asyncrl.evaluate(run_dir, episodes=20, seed=10**6)
+    assert sum(returns) / len(returns) >= 475, returns
 
 
 @pytest.mark.slow

@@ -193,11 +193,11 @@ def test_normalised_runs_share_checkpoint_and_freeze_their_statistics(backend, t
     stats = load_checkpoint(run_dir)["glob"].obs_stats
     # both workers fed one shared buffer (lock-free: a lost race may drop a batch)
     assert 0.9 * summary["total_steps"] <= stats[0] <= summary["total_steps"]
-    policy = asyncrl.load(run_dir)
+    policy = asyncrl.load(run_dir, "last")
     saved = policy.model.obs_norm.stats.clone()
     np.testing.assert_allclose(saved.numpy(), stats)
-    asyncrl.evaluate(run_dir, episodes=1)
-    torch.testing.assert_close(asyncrl.load(run_dir).model.obs_norm.stats, saved)  # frozen
+    asyncrl.evaluate(run_dir, episodes=1, which="last")
+    torch.testing.assert_close(asyncrl.load(run_dir, "last").model.obs_norm.stats, saved)  # frozen
     resumed = asyncrl.train(resume=run_dir, steps=6_000, progress=False)
     after = load_checkpoint(run_dir)["glob"].obs_stats
     assert after[0] > stats[0] and resumed["total_steps"] >= 6_000  # restored, then grown

@@ -550,7 +550,7 @@ def test_a_sharded_server_trains_on_the_cluster_checkpoints_and_resumes(cluster,
     assert len(load["cpu_share"]) == 2 and all(0 < share < 1 for share in load["cpu_share"])
     assert load["mb_in_per_s"] > 0 and load["mb_out_per_s"] > 0
     saved = load_checkpoint(run_dir)["glob"]  # one whole state, put together from the servers
-    model = asyncrl.load(run_dir).model
+    model = asyncrl.load(run_dir, "last").model
     assert saved.params.size == sum(p.numel() for p in model.parameters())
     flat = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
     assert np.array_equal(saved.params, flat)
@@ -591,7 +591,7 @@ def test_observation_statistics_on_the_cluster_reach_the_saved_model(cluster, ru
         run_dir=str(run_dir),
         progress=False,
     )
-    stats = asyncrl.load(run_dir).model.obs_norm.stats
+    stats = asyncrl.load(run_dir, "last").model.obs_norm.stats
     # every worker's observations, merged by the server (a few of the last may be in flight)
     assert 0.9 * summary["total_steps"] <= float(stats[0]) <= summary["total_steps"]
     mean, var = stats[1:4], stats[4:]

@@ -1,0 +1,356 @@
+"""The benchmark suite: named sets of tasks, each trained on N seeds, one run at a time, and a
+report of the distribution (docs/suite-NAME.md and its plots).
+
+    python benchmarks/suite.py quick --seeds 5     # minutes: CartPole, Acrobot, MinAtar, Pendulum
+    python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
+    python benchmarks/suite.py atari --seeds 3     # Pong, Breakout: 30 min each (hours)
+    python benchmarks/suite.py quick --seeds 5 --report-only
+
+Per task and seed: a whole `asyncrl train` process (wall time from launch to exit), then the
+model it keeps (best_model.pt where the run made evaluations) evaluated over the task's
+evaluation episodes on starts no training run saw (`asyncrl.evaluate`, seed 10^6). Per task the
+report gives the seeds whose run reported it solved and, of those, the ones whose kept model
+scores the target when evaluated; the median and the interquartile mean (IQM, rliable's
+recommendation: Agarwal et al. 2021) of the final evaluation with a 95% bootstrap interval
+(scipy.stats.bootstrap, percentile, 10,000 resamples); the median time and steps to the
+target over the solved seeds; and a learning curve: the median over seeds of the mean return of
+the last 100 training episodes, with a band from the 25th to the 75th percentile.
+
+Results are kept per run in benchmarks/results/SUITE/TASK/seed-N.json: an interrupted suite
+resumes where it stopped and never reruns a finished seed (delete the file to rerun one).
+Never run two benchmarks at once on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the evaluation's starts: none of them is a training env's or an evaluation-during-training's
+EVAL_SEED = 1_000_000
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    env: str
+    target: float
+    args: tuple[str, ...] = ()
+    eval_episodes: int = 100
+    #: a published or measured figure to read beside ours, with its source
+    baseline: str = ""
+    extras: tuple[str, ...] = field(default=(), compare=False)
+
+
+SUITES: dict[str, list[Task]] = {
+    "quick": [
+        Task(
+            "CartPole-v1",
+            "CartPole-v1",
+            475.0,
+            baseline="SB3 A2C (rl-zoo defaults) on this machine: about 23 s to 475",
+        ),
+        Task(
+            "Acrobot-v1",
+            "Acrobot-v1",
+            -100.0,
+            ("--steps", "2000000"),
+            baseline="rl-zoo A2C: -86 (its benchmark table, 500k steps)",
+        ),
+        Task(
+            "MinAtar/Breakout-v1",
+            "MinAtar/Breakout-v1",
+            3.0,
+            ("--backend", "threads", "--workers", "1", "--steps", "600000"),
+            eval_episodes=20,
+            baseline="random policy: about 0.5",
+        ),
+        Task(
+            "Pendulum-v1",
+            "Pendulum-v1",
+            -200.0,
+            ("--steps", "600000"),
+            eval_episodes=20,
+            baseline="SB3 PPO (rl-zoo settings) on this machine: 3 of 3 seeds in 29-45 s",
+        ),
+    ],
+    "mujoco": [
+        Task(
+            "HalfCheetah-v5",
+            "HalfCheetah-v5",
+            3000.0,
+            ("--log-std-init", "-2", "--target-return", "1e9"),
+            eval_episodes=10,
+            baseline="rl-zoo A2C: 3,041; rl-zoo PPO: 5,819 (1M steps)",
+        ),
+        Task(
+            "Hopper-v5",
+            "Hopper-v5",
+            2000.0,
+            ("--target-return", "1e9"),
+            eval_episodes=10,
+            baseline="rl-zoo PPO: 2,410 (1M steps)",
+        ),
+    ],
+    "atari": [
+        Task(
+            "PongNoFrameskip-v4",
+            "PongNoFrameskip-v4",
+            18.0,
+            ("--steps", "100000000", "--eval-every", "1000000"),
+            eval_episodes=10,
+            baseline="paper's A3C, 16 cores: about 18 after 2 hours (Figure 1)",
+            extras=("timeout", "1800"),
+        ),
+        Task(
+            "BreakoutNoFrameskip-v4",
+            "BreakoutNoFrameskip-v4",
+            1e9,
+            ("--steps", "100000000", "--eval-every", "1000000"),
+            eval_episodes=10,
+            baseline="paper's A3C, 16 cores: about 10 after one hour (Figure 1)",
+            extras=("timeout", "3600"),
+        ),
+    ],
+}
+
+
+# ---------------------------------------------------------------------- statistics
+def iqm(x: np.ndarray) -> float:
+    """The interquartile mean: the mean of the middle half (scipy's 25% trimmed mean)."""
+    from scipy.stats import trim_mean
+
+    return float(trim_mean(x, 0.25))
+
+
+def interval(x: list[float], stat=iqm, seed: int = 0) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval of ``stat`` over the seeds (10,000 resamples)."""
+    from scipy.stats import bootstrap
+
+    a = np.asarray(x, dtype=float)
+    if len(a) < 2 or np.all(a == a[0]):
+        return float(a[0]), float(a[0])
+    res = bootstrap(
+        (a,),
+        lambda s, axis=-1: np.apply_along_axis(stat, axis, s),
+        n_resamples=10_000,
+        confidence_level=0.95,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def curve(episodes_csv: Path, grid: np.ndarray, window: int = 100) -> list[float | None]:
+    """The mean return of the last ``window`` training episodes at each step of ``grid``."""
+    import csv
+
+    steps, returns = [], []
+    with open(episodes_csv, newline="") as f:
+        for row in csv.DictReader(f):
+            steps.append(int(row["global_step"]))
+            returns.append(float(row["return"]))
+    if not returns:
+        return [None] * len(grid)
+    r = np.asarray(returns)
+    c = np.concatenate([[0.0], np.cumsum(r)])
+    idx = np.arange(1, len(r) + 1)
+    rolling = (c[idx] - c[np.maximum(idx - window, 0)]) / np.minimum(idx, window)
+    at = np.searchsorted(np.asarray(steps), grid, side="right") - 1
+    return [None if i < 0 else float(rolling[i]) for i in at]
+
+
+# ---------------------------------------------------------------------- running
+def run_one(task: Task, seed: int, out: Path) -> dict:
+    """One seed of a task: train, then evaluate the kept model on new starts."""
+    import asyncrl
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--env", task.env]
+        cmd += ["--seed", str(seed), "--run-dir", str(run_dir), "--no-progress", *task.args]
+        if task.extras and task.extras[0] == "timeout":
+            cmd = ["timeout", "-s", "INT", task.extras[1], *cmd]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        wall = time.perf_counter() - t0
+        interrupted = proc.returncode == 128 + 2  # the time limit's SIGINT: a finished run
+        if proc.returncode != 0 and not interrupted:
+            sys.exit(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
+        summary = json.loads((run_dir / "summary.json").read_text())
+        returns = asyncrl.evaluate(run_dir, episodes=task.eval_episodes, seed=EVAL_SEED)
+        policy = asyncrl.load(run_dir)
+        grid = np.linspace(0, summary["total_steps"], 60)
+        result = {
+            "task": task.name,
+            "seed": seed,
+            "command": shlex.join(cmd),
+            "process_seconds": wall,
+            "solved": bool(summary["solved"]),
+            "solve_seconds": summary["solve_seconds"],
+            "solve_steps": summary["solve_steps"],
+            "total_steps": summary["total_steps"],
+            "frames_per_second": summary["frames_per_second"],
+            "model": policy.source.name if policy.source else "model.pt",
+            "final_eval": statistics.fmean(returns),
+            "final_eval_returns": returns,
+            "curve_steps": grid.tolist(),
+            "curve": curve(run_dir / "episodes.csv", grid),
+        }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def load_results(results: Path, task: Task, seeds: int) -> list[dict]:
+    out = []
+    for seed in range(seeds):
+        path = results / task.name.replace("/", "-") / f"seed-{seed}.json"
+        if path.is_file():
+            out.append(json.loads(path.read_text()))
+    return out
+
+
+# ---------------------------------------------------------------------- the report
+def fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    date = datetime.date.today().isoformat()
+    cmd = f"python benchmarks/suite.py {suite} --seeds {seeds}"
+    lines = [
+        f"# Benchmark suite: {suite}",
+        "",
+        f"Written by `{cmd}` on {date}, commit {commit}, on a machine with "
+        f"{os.cpu_count()} cores (no GPU). Each seed is one whole `asyncrl train` process with "
+        "the env's defaults and the arguments shown; then the model the run keeps (the best "
+        "evaluation's, best_model.pt) is evaluated on starts no run saw. *Reported solved*: "
+        "the run's own stop rule fired; *kept model at target*: that model's evaluation "
+        "reaches the target. IQM: interquartile mean over seeds, with a 95% bootstrap "
+        "interval. Times are whole processes; steps are env steps (agent steps on Atari).",
+        "",
+        "| task | reported solved | kept model at target | final evaluation: median, IQM "
+        "[95% CI] | time to target (median) | steps to target (median) | baseline |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        rs = load_results(results, task, seeds)
+        if not rs:
+            lines.append(f"| {task.name} | no run yet | | | | | {task.baseline} |")
+            ax.set_title(f"{task.name} (no run)")
+            continue
+        finals = [r["final_eval"] for r in rs]
+        solved = [r for r in rs if r["solved"]]
+        at_target = sum(f >= task.target for f in finals)
+        lo, hi = interval(finals)
+        t = statistics.median(r["solve_seconds"] for r in solved) if solved else None
+        s = statistics.median(r["solve_steps"] for r in solved) if solved else None
+        args = " ".join(task.args)
+        lines.append(
+            f"| {task.name} `{args}` | {len(solved)} / {len(rs)} | {at_target} / {len(rs)} | "
+            f"{fmt(statistics.median(finals))}, {fmt(iqm(np.asarray(finals)))} "
+            f"[{fmt(lo)}, {fmt(hi)}] | {fmt(t)} s | {fmt(s, 0)} | {task.baseline} |"
+        )
+        # learning curves: median and interquartile band across seeds on a common grid
+        top = max(r["total_steps"] for r in rs)
+        grid = np.linspace(0, top, 60)
+        ys = []
+        for r in rs:
+            c = np.array([np.nan if v is None else v for v in r["curve"]], dtype=float)
+            x = np.asarray(r["curve_steps"])
+            y = np.interp(grid, x, c, right=np.nan)  # a solved run stops: no value past it
+            ys.append(y)
+        y = np.asarray(ys)
+        with warnings.catch_warnings():  # all seeds stopped before a grid step: a gap
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(y, axis=0)
+            q1, q3 = np.nanpercentile(y, 25, axis=0), np.nanpercentile(y, 75, axis=0)
+        ax.plot(grid, med, lw=2, label=f"median of {len(rs)} seeds")
+        ax.fill_between(grid, q1, q3, alpha=0.3, label="25-75%")
+        ax.axhline(task.target, ls="--", color="gray", lw=1, label="target")
+        ax.set_title(task.name, fontsize=10)
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("mean of last 100 training episodes")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    png = out_dir / f"suite-{suite}.png"
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    lines += [
+        "",
+        f"![learning curves: median over seeds with the interquartile band]({png.name})",
+        "",
+        "Per seed (final evaluation of the kept model; time and steps to the target where the "
+        "run reported it solved):",
+        "",
+        "| task | seed | solved | final evaluation | time to target | steps to target | "
+        "whole process | model |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for task in tasks:
+        for r in load_results(results, task, seeds):
+            lines.append(
+                f"| {task.name} | {r['seed']} | {r['solved']} | {fmt(r['final_eval'])} | "
+                f"{fmt(r['solve_seconds'])} s | {fmt(r['solve_steps'], 0)} | "
+                f"{fmt(r['process_seconds'])} s | {r['model']} |"
+            )
+    md = out_dir / f"suite-{suite}.md"
+    md.write_text("\n".join(lines) + "\n")
+    return md
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("suite", choices=sorted(SUITES))
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 of each task (default 5)")
+    p.add_argument("--tasks", nargs="+", default=None, help="only these tasks of the suite")
+    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--out", type=Path, default=ROOT / "docs", help="where the report goes")
+    p.add_argument("--report-only", action="store_true", help="write the report, run nothing")
+    args = p.parse_args()
+    tasks = [t for t in SUITES[args.suite] if args.tasks is None or t.name in args.tasks]
+    results = args.results / args.suite
+    if not args.report_only:
+        for task in tasks:
+            for seed in range(args.seeds):
+                path = results / task.name.replace("/", "-") / f"seed-{seed}.json"
+                if path.is_file():
+                    continue  # finished before an interruption: never rerun
+                r = run_one(task, seed, path)
+                print(
+                    f"{task.name} seed {seed}: solved={r['solved']} "
+                    f"final eval {r['final_eval']:.1f} ({r['model']}), "
+                    f"{r['process_seconds']:.1f} s",
+                    flush=True,
+                )
+    print(report(args.suite, tasks, results, args.seeds, args.out))
+
+
+if __name__ == "__main__":
+    main()

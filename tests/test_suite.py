@@ -1,0 +1,63 @@
+"""The benchmark suite's statistics against hand-worked numbers, and its resume."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import suite
+
+
+def test_iqm_is_the_mean_of_the_middle_half():
+    # sorted 1..8: the middle half is 3, 4, 5, 6
+    assert suite.iqm(np.array([8, 1, 7, 2, 6, 3, 5, 4], dtype=float)) == pytest.approx(4.5)
+    # an outlier in the outer quarters does not move it
+    assert suite.iqm(np.array([-1000, 3, 4, 5, 6, 10**6, 2, 7], dtype=float)) == pytest.approx(4.5)
+
+
+def test_the_bootstrap_interval_holds_the_statistic_and_is_a_point_without_spread():
+    x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    lo, hi = suite.interval(x)
+    assert lo < suite.iqm(np.asarray(x)) < hi and lo >= 1.0 and hi <= 10.0
+    assert suite.interval([500.0] * 5) == (500.0, 500.0)
+    assert suite.interval(x, seed=0) == suite.interval(x, seed=0)  # reproducible
+
+
+def test_the_curve_is_the_rolling_mean_at_each_grid_step(tmp_path):
+    csv = tmp_path / "episodes.csv"
+    rows = ["episode,worker,return,length,global_step,wall_seconds"]
+    # returns 1, 2, 3, 4 ending at steps 10, 20, 30, 40
+    rows += [f"{i + 1},0,{i + 1},10,{10 * (i + 1)},0.0" for i in range(4)]
+    csv.write_text("\n".join(rows) + "\n")
+    got = suite.curve(csv, np.array([5, 10, 25, 40]), window=2)
+    # no episode yet; mean of (1); mean of (1, 2); mean of (3, 4)
+    assert got == [None, 1.0, 1.5, 3.5]
+
+
+def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_run(task, seed, out):
+        ran.append((task.name, seed))
+        r = {
+            "task": task.name, "seed": seed, "solved": True, "solve_seconds": 1.0,
+            "solve_steps": 100, "total_steps": 100, "process_seconds": 2.0, "model": "x",
+            "final_eval": 500.0, "curve_steps": [0, 100], "curve": [None, 500.0],
+        }  # fmt: skip
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(suite.json.dumps(r))
+        return r
+
+    monkeypatch.setattr(suite, "run_one", fake_run)
+    argv = ["suite.py", "quick", "--seeds", "2", "--tasks", "CartPole-v1"]
+    argv += ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "docs")]
+    monkeypatch.setattr(sys, "argv", argv)
+    suite.main()
+    assert ran == [("CartPole-v1", 0), ("CartPole-v1", 1)]
+    (tmp_path / "results" / "quick" / "CartPole-v1" / "seed-1.json").unlink()  # "interrupted"
+    suite.main()
+    assert ran[2:] == [("CartPole-v1", 1)]  # seed 0 was finished: not run again
+    report = (tmp_path / "docs" / "suite-quick.md").read_text()
+    assert "| CartPole-v1 `` | 2 / 2 | 2 / 2 | 500.0, 500.0 [500.0, 500.0] |" in report
