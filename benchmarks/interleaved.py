@@ -10,6 +10,12 @@ the runs that reached the target, and the command.
     python benchmarks/interleaved.py /tmp/before/src src --seeds 10
     python benchmarks/interleaved.py /tmp/before/src src --seeds 3 -- \
         --env PongNoFrameskip-v4 --steps 20000 --target-return 1e9
+
+The same tree with other arguments on one side (B gets --b-args as well), e.g. the cost of
+evaluation during training against none:
+
+    python benchmarks/interleaved.py src src --seeds 10 \
+        --a-args="--eval-every 0 --stop-on train" -- --target-return 1e9 --steps 300000
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ def main() -> None:
     p.add_argument("a", type=Path, help="source tree A (the code before)")
     p.add_argument("b", type=Path, help="source tree B (the code after)")
     p.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default: 10)")
+    p.add_argument("--a-args", default="", help="more `asyncrl train` arguments for A alone")
+    p.add_argument("--b-args", default="", help="more `asyncrl train` arguments for B alone")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:cut])
@@ -54,7 +62,8 @@ def main() -> None:
             order = ("A", "B") if seed % 2 == 0 else ("B", "A")  # neither always goes first
             for name in order:
                 src = args.a if name == "A" else args.b
-                s = run(src, seed, args.extra, Path(tmp) / f"{name}-{seed}")
+                own = shlex.split(args.a_args if name == "A" else args.b_args)
+                s = run(src, seed, [*args.extra, *own], Path(tmp) / f"{name}-{seed}")
                 results[name].append(s)
                 print(
                     f"seed {seed} {name}: {s['process_seconds']:.1f} s, "
@@ -72,7 +81,9 @@ def main() -> None:
         )
     print(f"B / A: time {med['B'] / med['A']:.3f}, frames/s {fps['B'] / fps['A']:.3f}")
     cmd = ["python", "benchmarks/interleaved.py", str(args.a), str(args.b)]
-    cmd += ["--seeds", str(args.seeds)] + (["--", *args.extra] if args.extra else [])
+    cmd += ["--seeds", str(args.seeds)]
+    cmd += [f"--{k}-args={v}" for k, v in (("a", args.a_args), ("b", args.b_args)) if v]
+    cmd += ["--", *args.extra] if args.extra else []
     print("command:", shlex.join(cmd))
 
 

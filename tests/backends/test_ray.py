@@ -18,6 +18,7 @@ import asyncrl  # noqa: E402
 from asyncrl.algos.a3c import A3C  # noqa: E402
 from asyncrl.backends import ray as ray_backend  # noqa: E402
 from asyncrl.backends.ray import store as ray_store  # noqa: E402
+from asyncrl.checkpoint import load_checkpoint  # noqa: E402
 from asyncrl.worker import Worker  # noqa: E402
 
 
@@ -858,8 +859,39 @@ def test_a_ray_train_command_probes_the_env_once_and_leaves_a_callers_connection
         )
     args = ["train", "--backend", "ray", "--address", cluster.address, "--workers", "1"]
     args += ["--steps", "2000", "--run-dir", str(run_dir), "--no-progress"]
+    # no evaluation: its envs are built in this process too (after the run starts)
+    args += ["--eval-every", "0", "--stop-on", "train"]
     assert main(args) == 0
     assert len(built) == 1 and ray.is_initialized()
+
+
+def test_evaluations_read_the_servers_parameters_and_keep_the_best(cluster, run_dir):
+    import csv
+
+    summary = asyncrl.train(
+        backend="ray",
+        address=cluster.address,
+        workers=2,
+        steps=20_000,
+        eval_every=5_000,
+        target_return=1e9,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    with open(run_dir / "evaluations.csv", newline="") as f:
+        evals = list(csv.DictReader(f))
+    # the server's parameters at each evaluation, and those it ended with
+    assert len(evals) == summary["evaluations"] >= 3
+    assert int(evals[-1]["global_step"]) == summary["total_steps"]
+    best = max(evals, key=lambda r: float(r["mean"]))
+    policy = asyncrl.load(run_dir)
+    assert policy.source.name == "best_model.pt"
+    assert policy.evaluation["global_step"] == int(best["global_step"])
+    last = asyncrl.load(run_dir, "last").model
+    saved = load_checkpoint(run_dir)["glob"].params
+    np.testing.assert_array_equal(
+        torch.cat([p.detach().flatten() for p in last.parameters()]).numpy(), saved
+    )
 
 
 def test_sharded_servers_on_the_cluster_take_one_decision_per_gradient(cluster):
