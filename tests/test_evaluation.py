@@ -138,7 +138,8 @@ def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkey
     with pytest.raises(Interrupted):
         asyncrl.train(**cfg, run_dir=str(run_dir))
     before = rows(run_dir)
-    assert load_checkpoint(run_dir)["monitor"]["evaluations"] == len(before) >= 1
+    # (one still under way at the signal is not waited for: its index is skipped)
+    assert load_checkpoint(run_dir)["monitor"]["evaluations"] >= len(before) >= 1
     assert (run_dir / "best_model.pt").exists()
     best_before = torch.load(run_dir / "best_model.pt", weights_only=True)["evaluation"]
     summary = asyncrl.train(resume=run_dir)

@@ -91,9 +91,10 @@ class Config:
     the training episodes alone (the paper's way: exploring episodes, parameters that go on
     changing under Hogwild)"""
     eval_every: int | None = None
-    """evaluate the global parameters every this many env steps (default: a twentieth of
-    --steps), on envs of their own, without stalling the workers: rows of evaluations.csv, and
-    the best parameters kept as best_model.pt. 0: only the evaluations --stop-on eval asks for
+    """evaluate the global parameters every this many env steps, on envs of their own, without
+    stalling the workers: rows of evaluations.csv, and the best parameters kept as
+    best_model.pt (default: every twentieth of --steps, and no more often than keeps the
+    evaluations under 2% of the run's time). 0: only the evaluations --stop-on eval asks for
     and one of the final parameters; 0 with --stop-on train: none"""
     eval_episodes: int = 10
     """whole episodes (Atari: whole games with no-op starts) in each evaluation"""

@@ -124,23 +124,21 @@ class Evaluator:
     # ------------------------------------------------------------------ the thread
     def _loop(self) -> None:
         torch.set_num_threads(1)  # one core's worth, like a worker
-        from asyncrl.envs import make_eval_env
+        from asyncrl.envs import make_eval_vec_env
 
         model = build_model(self.spec)
         flat = flatten_parameters(model)
         policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
-        envs: list[Any] = []
+        envs: Any = None
         rng = np.random.default_rng([self.seed, _EVAL_STREAM])
         try:
             while (request := self._requests.get()) is not None:
                 index, step, wall, snap = request
                 t0 = time.perf_counter()
                 try:
-                    if not envs:
-                        envs = [
-                            make_eval_env(self.env_id, self.seed, None, self.env_kwargs)
-                            for _ in range(min(self.episodes, MAX_EVAL_ENVS))
-                        ]
+                    if envs is None:
+                        n = min(self.episodes, MAX_EVAL_ENVS)
+                        envs = make_eval_vec_env(self.env_id, n, self.seed, self.env_kwargs)
                     load_snapshot(model, flat, snap)
                     seeds = eval_seeds(self.seed, index, self.episodes)
                     returns = play_episodes(policy, envs, seeds, self.deterministic, rng)
@@ -151,8 +149,8 @@ class Evaluator:
                     ev = Evaluation(index, step, wall, (), time.perf_counter() - t0, None, str(e))
                 self._results.put(ev)
         finally:
-            for env in envs:
-                env.close()
+            if envs is not None:
+                envs.close()
 
 
 #: envs an evaluation steps side by side (its episodes are played in waves of this many)

@@ -85,30 +85,32 @@ class Policy:
 
 def play_episodes(
     policy: Policy,
-    envs: list[Any],
+    envs: Any,
     seeds: list[int],
     deterministic: bool = True,
     rng: np.random.Generator | None = None,
 ) -> list[float]:
-    """Returns of ``len(seeds)`` whole episodes, episode i reset with ``seeds[i]``, played in
-    waves of ``len(envs)`` envs side by side: one batched forward pass a step for the wave (a
-    finished env's row is computed and ignored until the wave ends). The same call gives the
-    same returns."""
+    """Returns of ``len(seeds)`` whole episodes played in waves on the vector env ``envs``
+    (:func:`asyncrl.envs.make_eval_vec_env`), one batched forward pass a step for the wave;
+    each wave resets with its seeds (a natively vectorized env takes the first for the
+    batch), and an env whose episode has ended is stepped on and ignored until the wave ends.
+    The same call gives the same returns."""
+    from asyncrl.envs import reset_vec_env
+
+    n = envs.num_envs
     returns: list[float] = []
-    for start in range(0, len(seeds), len(envs)):
-        wave = seeds[start : start + len(envs)]
-        obs = np.stack([env.reset(seed=s)[0] for env, s in zip(envs, wave, strict=False)])
+    for start in range(0, len(seeds), n):
+        wave = seeds[start : start + n]
+        obs = reset_vec_env(envs, wave + [wave[-1] + 1 + i for i in range(n - len(wave))])
         policy.reset()  # each episode starts from a zero core state
-        totals = np.zeros(len(wave))
-        live = np.ones(len(wave), bool)
+        totals = np.zeros(n)
+        live = np.arange(n) < len(wave)
         while live.any():
             actions = policy.act(obs, deterministic, rng)
-            for i in np.flatnonzero(live):
-                o, r, term, trunc, _ = envs[i].step(actions[i])  # type: ignore[index]
-                obs[i] = o
-                totals[i] += float(r)
-                live[i] = not (term or trunc)
-        returns.extend(totals.tolist())
+            obs, reward, term, trunc, _ = envs.step(actions)
+            totals += np.where(live, reward, 0.0)
+            live &= ~(term | trunc)
+        returns.extend(totals[: len(wave)].tolist())
     return returns
 
 

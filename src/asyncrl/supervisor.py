@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from asyncrl.evaluation import Evaluation, Evaluator
 
 
+#: with the default --eval-every, the most of a run's wall time its periodic evaluations take
+EVAL_SHARE = 0.02
+
+
 class Ended(enum.Enum):
     """How a run ended."""
 
@@ -129,6 +133,7 @@ class Supervisor:
         self.write_checkpoint = write_checkpoint
         self.evaluator, self.save_best = evaluator, save_best
         self.last_eval_step = run.global_step()
+        self.last_eval_cost = (0.0, 0.0)  # (when the last one ended, its seconds): run time
         # --stop-on eval: the training mean reached the target, an evaluation is wanted; it is
         # asked for again only after a quarter of a window of new episodes (not back to back)
         self.eval_wanted = False
@@ -260,6 +265,11 @@ class Supervisor:
         step = self.run_.global_step()
         every = self.cfg.eval_interval
         due = every > 0 and step - self.last_eval_step >= every
+        if due and self.cfg.eval_every is None:
+            # the default interval also keeps evaluation's share of the run's time small: the
+            # next one waits until the last one's seconds are EVAL_SHARE of the time since
+            ended, seconds = self.last_eval_cost
+            due = self.monitor.elapsed() - ended >= seconds / EVAL_SHARE
         wanted = self.eval_wanted and (
             self.monitor.episodes - self.eval_asked_at >= max(1, self.cfg.window // 4)
         )
@@ -289,6 +299,7 @@ class Supervisor:
             )
             self.evaluator = None
             return
+        self.last_eval_cost = (self.monitor.elapsed(), result.seconds)
         if self.monitor.evaluation(result) and self.save_best is not None:
             self.save_best(result)
         target = self.monitor.target
