@@ -182,7 +182,10 @@ def run_one(task: Task, seed: int, out: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--env", task.env]
-        cmd += ["--seed", str(seed), "--run-dir", str(run_dir), "--no-progress", *task.args]
+        cmd += ["--seed", str(seed), "--run-dir", str(run_dir), "--no-progress"]
+        if "--target-return" not in task.args:  # the task's target is the run's stop rule
+            cmd += ["--target-return", f"{task.target:g}"]
+        cmd += task.args
         if task.extras and task.extras[0] == "timeout":
             cmd = ["timeout", "-s", "INT", task.extras[1], *cmd]
         t0 = time.perf_counter()
@@ -270,9 +273,9 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         lo, hi = interval(finals)
         t = statistics.median(r["solve_seconds"] for r in solved) if solved else None
         s = statistics.median(r["solve_steps"] for r in solved) if solved else None
-        args = " ".join(task.args)
+        args = f" `{' '.join(task.args)}`" if task.args else ""
         lines.append(
-            f"| {task.name} `{args}` | {len(solved)} / {len(rs)} | {at_target} / {len(rs)} | "
+            f"| {task.name}{args} | {len(solved)} / {len(rs)} | {at_target} / {len(rs)} | "
             f"{fmt(statistics.median(finals))}, {fmt(iqm(np.asarray(finals)))} "
             f"[{fmt(lo)}, {fmt(hi)}] | {fmt(t)} s | {fmt(s, 0)} | {task.baseline} |"
         )

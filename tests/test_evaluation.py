@@ -178,3 +178,17 @@ def test_which_refuses_a_bad_name(run_dir):
     asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
     with pytest.raises(UserError, match="--which"):
         asyncrl.load(run_dir, "first")  # type: ignore[arg-type]
+
+
+def test_a_failing_evaluation_is_one_line_and_the_run_goes_on(run_dir, monkeypatch, capsys):
+    import asyncrl.envs
+
+    def broken(*a, **k):
+        raise RuntimeError("no display here")
+
+    monkeypatch.setattr(asyncrl.envs, "make_eval_vec_env", broken)
+    summary = asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
+    assert summary["total_steps"] >= QUICK["steps"] and summary["evaluations"] == 1
+    err = capsys.readouterr().err
+    assert "evaluation 0 failed (no display here); the run goes on without evaluations" in err
+    assert rows(run_dir) == [] and not (run_dir / "best_model.pt").exists()

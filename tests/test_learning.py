@@ -128,9 +128,12 @@ NO_VELOCITY = dict(
 @pytest.mark.slow
 @pytest.mark.parametrize("core", ["lstm", "gru"])
 def test_a_recurrent_agent_remembers_what_an_mlp_cannot_see(core, run_dir):
-    """On velocity-free CartPole a recurrent core must infer the velocities from memory: it
-    passes 300 within the budget the MLP spends near 40 (docs/benchmarks.md)."""
-    summary = asyncrl.train(core=core, target_return=300.0, run_dir=str(run_dir), **NO_VELOCITY)
+    """On velocity-free CartPole a recurrent core must infer the velocities from memory: an
+    evaluation of its parameters passes 300, where the MLP stays near 40. Measured on seeds 0-4
+    with 2 Hogwild workers (2026-11-23): the LSTM in 150k-816k env steps, the GRU in 414k-1.32M
+    (5 of 5 each), and one GRU run of seed 0 not by 1.5M; hence 2.5M (a solved run stops)."""
+    cfg = {**NO_VELOCITY, "steps": 2_500_000}
+    summary = asyncrl.train(core=core, target_return=300.0, run_dir=str(run_dir), **cfg)
     assert summary["solved"], summary
     returns = asyncrl.evaluate(run_dir, episodes=5)  # Policy keeps and resets the state
     assert sum(returns) / len(returns) >= 80, returns  # the MLP: about 40; random: 22

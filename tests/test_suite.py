@@ -60,4 +60,4 @@ def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatc
     suite.main()
     assert ran[2:] == [("CartPole-v1", 1)]  # seed 0 was finished: not run again
     report = (tmp_path / "docs" / "suite-quick.md").read_text()
-    assert "| CartPole-v1 `` | 2 / 2 | 2 / 2 | 500.0, 500.0 [500.0, 500.0] |" in report
+    assert "| CartPole-v1 | 2 / 2 | 2 / 2 | 500.0, 500.0 [500.0, 500.0] |" in report

@@ -126,20 +126,23 @@ class Evaluator:
         torch.set_num_threads(1)  # one core's worth, like a worker
         from asyncrl.envs import make_eval_vec_env
 
-        model = build_model(self.spec)
-        flat = flatten_parameters(model)
-        policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
         envs: Any = None
         rng = np.random.default_rng([self.seed, _EVAL_STREAM])
+        policy: Policy | None = None
         try:
             while (request := self._requests.get()) is not None:
                 index, step, wall, snap = request
                 t0 = time.perf_counter()
+                # every request gets an answer, failed or not: the run waits for the last one
                 try:
+                    if policy is None:
+                        model = build_model(self.spec)
+                        flat = flatten_parameters(model)
+                        policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
                     if envs is None:
                         n = min(self.episodes, MAX_EVAL_ENVS)
                         envs = make_eval_vec_env(self.env_id, n, self.seed, self.env_kwargs)
-                    load_snapshot(model, flat, snap)
+                    load_snapshot(policy.model, flat, snap)
                     seeds = eval_seeds(self.seed, index, self.episodes)
                     returns = play_episodes(policy, envs, seeds, self.deterministic, rng)
                     ev = Evaluation(
