@@ -123,7 +123,9 @@ class Evaluator:
 
     # ------------------------------------------------------------------ the thread
     def _loop(self) -> None:
-        torch.set_num_threads(1)  # one core's worth, like a worker
+        # one core's worth, like a worker (process-wide: the main process's own torch work,
+        # building snapshots and model files, is light)
+        torch.set_num_threads(1)
         from asyncrl.envs import make_eval_vec_env
 
         envs: Any = None
