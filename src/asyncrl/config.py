@@ -8,7 +8,6 @@ import inspect
 import itertools
 import math
 import numbers
-import os
 import textwrap
 import types
 import typing
@@ -206,10 +205,6 @@ class Config:
                 setattr(self, f.name, max(1, round(int(value) / _frames_per_step(self.env))))
 
     # ---------------------------------------------------------------- derived and checks
-    @property
-    def num_workers(self) -> int:
-        return self.workers if self.workers is not None else (os.cpu_count() or 1)
-
     @property
     def hidden_sizes(self) -> tuple[int, ...]:
         if self.hidden is not None:

@@ -79,9 +79,5 @@ class Rollout:
     def num_envs(self) -> int:
         return self.rewards.shape[1]
 
-    def obs_tensor(self) -> torch.Tensor:
-        """All T+1 observations as one ``((T+1) * B, *obs_shape)`` batch (no copy)."""
-        return torch.from_numpy(self.obs).flatten(0, 1)
-
     def actions_tensor(self) -> torch.Tensor:
         return torch.from_numpy(self.actions)
