@@ -78,6 +78,48 @@ def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, mon
     np.testing.assert_array_equal(last, seen[len(evals) - 1])  # the final evaluation's
 
 
+def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monkeypatch):
+    """Scheduled stand-ins again, target 100: the first screen passes (200) but its
+    confirmation does not (50), so the run goes on; the next screen fails (no confirmation);
+    the third passes and is confirmed (150): the run stops there, on the confirmation's mean,
+    and the confirmation's episodes are new ones, not the screen's."""
+    calls: list[list[int]] = []
+    scores = [200.0, 50.0, 50.0, 200.0, 150.0]
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None):
+        calls.append(list(seeds))
+        return [scores[len(calls) - 1]] * len(seeds)
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    summary = asyncrl.train(
+        backend="threads", target_return=100.0, run_dir=str(run_dir),
+        **{**QUICK, "steps": 1_000_000},
+    )  # fmt: skip
+    assert [len(c) for c in calls] == [10, 100, 10, 10, 100]
+    evals = rows(run_dir)
+    assert [(float(r["mean"]), int(r["episodes"])) for r in evals] == [
+        (50.0, 100), (50.0, 10), (150.0, 100)
+    ]  # fmt: skip
+    assert summary["solved"] and summary["ended"] == "solved"
+    assert summary["solve_steps"] == int(evals[2]["global_step"]) < 1_000_000
+    assert (summary["best_eval_return"], summary["best_eval_episodes"]) == (150.0, 100)
+    assert not set(calls[0]) & set(calls[1]) and calls[1] != calls[4]
+
+
+def test_no_confirmation_with_confirm_episodes_0(run_dir, monkeypatch):
+    calls = []
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None):
+        calls.append(len(seeds))
+        return [200.0] * len(seeds)
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    summary = asyncrl.train(
+        backend="threads", target_return=100.0, confirm_episodes=0, run_dir=str(run_dir), **QUICK
+    )
+    assert calls == [10] and summary["solved"] and summary["best_eval_episodes"] == 10
+
+
 def test_which_loads_the_file_it_names(run_dir, capsys):
     asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
     assert asyncrl.load(run_dir, "last").source.name == "model.pt"
@@ -102,8 +144,9 @@ def test_stop_on_eval_stops_when_an_evaluation_reaches_the_target(run_dir):
     evals = rows(run_dir)
     # asked for by the training episodes' mean only: no evaluation before it reached 475
     assert float(evals[-1]["mean"]) >= 475.0 == summary["target_return"]
+    assert int(evals[-1]["episodes"]) == 100  # the confirmation's
     assert summary["solve_steps"] == int(evals[-1]["global_step"])
-    returns = asyncrl.evaluate(run_dir, episodes=20, seed=123)  # the best model, new starts
+    returns = asyncrl.evaluate(run_dir, episodes=100, seed=123)  # the best model, new starts
     assert np.mean(returns) >= 475.0, returns
 
 
@@ -164,6 +207,7 @@ def test_evaluation_seeds_differ_between_evaluations_and_repeat_with_the_seed():
     [
         (["--eval-episodes", "0"], "--eval-episodes"),
         (["--eval-every", "-1"], "--eval-every"),
+        (["--confirm-episodes", "-1"], "--confirm-episodes"),
         (["--algo", "nstep-q", "--eval-stochastic"], "--eval-stochastic"),
     ],
 )

@@ -139,7 +139,7 @@ def _train(ns: argparse.Namespace) -> int:
     if s["solved"] and s["stop_on"] == "eval":
         print(
             f"solved: evaluation mean {s['best_eval_return']:.1f} >= {s['target_return']:g} "
-            f"({s['eval_episodes']} episodes) after {s['solve_steps']:,} steps, "
+            f"({s['best_eval_episodes']} episodes) after {s['solve_steps']:,} steps, "
             f"{s['solve_seconds']:.1f} s; best_model.pt holds those parameters"
         )
     elif s["solved"]:

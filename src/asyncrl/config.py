@@ -97,6 +97,11 @@ class Config:
     and one of the final parameters; 0 with --stop-on train: none"""
     eval_episodes: int = 10
     """whole episodes (Atari: whole games with no-op starts) in each evaluation"""
+    confirm_episodes: int = 100
+    """an evaluation whose mean reaches the target plays this many new episodes, and counts (for
+    --stop-on eval and the best model) on their mean alone: ten episodes are too few to tell a
+    policy at the target from a lucky one (Gym's definition of solved is a mean over 100).
+    0: no confirmation"""
     eval_stochastic: bool = False
     """A3C: evaluate the sampled policy instead of its mode (the greedy action)"""
     t_max: int = 8
@@ -310,6 +315,11 @@ class Config:
             f"must be >= 0 (0: only those --stop-on eval asks for), got {self.eval_every}",
         )
         _need(self.eval_episodes >= 1, "eval-episodes", f"must be >= 1, got {self.eval_episodes}")
+        _need(
+            self.confirm_episodes >= 0,
+            "confirm-episodes",
+            f"must be >= 0 (0: no confirmation), got {self.confirm_episodes}",
+        )
         _need(
             not self.eval_stochastic or self.algo == "a3c",
             "eval-stochastic",

@@ -61,10 +61,10 @@ class Monitor:
         self.solve_seconds: float | None = None
         self.solve_steps: int | None = None
         self.global_step = 0
-        # evaluations: how many, the latest mean, and the best (mean, global step)
+        # evaluations: how many, the latest mean, and the best
         self.evaluations = 0
         self.last_eval: float | None = None
-        self.best_eval: tuple[float, int] | None = None
+        self.best_eval: tuple[float, int, int] | None = None  # mean, global step, episodes
         elapsed = 0.0
         if state is not None:
             self.returns.extend(state["returns"][-self.window :])
@@ -76,7 +76,8 @@ class Monitor:
             self.evaluations = state.get("evaluations", 0)
             self.last_eval = state.get("last_eval")
             best = state.get("best_eval")
-            self.best_eval = None if best is None else (float(best[0]), int(best[1]))
+            if best is not None:
+                self.best_eval = (float(best[0]), int(best[1]), int(best[2]))
         eval_at = None if state is None else state.get("evaluations_bytes", 0)
         self._eval_file = _open_csv(run_dir.evaluations, eval_at)
         self._evals = csv.writer(self._eval_file)
@@ -158,7 +159,7 @@ class Monitor:
             self._tb.add_scalar("eval/max_return", max(ev.returns), ev.global_step)
             self._tb.add_scalar("eval/seconds", ev.seconds, ev.global_step)
         if self.best_eval is None or mean > self.best_eval[0]:
-            self.best_eval = (mean, ev.global_step)
+            self.best_eval = (mean, ev.global_step, len(ev.returns))
             return True
         return False
 

@@ -100,7 +100,7 @@ def _run(
         _save_params(run_dir.best_model, cfg, spec, ev.snapshot, evaluation=best)
 
     run = make_run(cfg, info, spec, state)
-    evaluator = _evaluator(cfg, spec)
+    evaluator = _evaluator(cfg, spec, monitor.target)
     supervisor = Supervisor(
         cfg,
         run,
@@ -195,6 +195,7 @@ def _summary(
         "last_eval_return": monitor.last_eval,
         "best_eval_return": None if monitor.best_eval is None else monitor.best_eval[0],
         "best_eval_step": None if monitor.best_eval is None else monitor.best_eval[1],
+        "best_eval_episodes": None if monitor.best_eval is None else monitor.best_eval[2],
         "resumed": ckpt is not None,
     }
 
@@ -241,10 +242,11 @@ def _signals_stop(stop: Callable[[int], None]) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _evaluator(cfg: Config, spec: ModelSpec) -> Evaluator | None:
+def _evaluator(cfg: Config, spec: ModelSpec, target: float | None) -> Evaluator | None:
     """The run's evaluator: none with --eval-every 0 and --stop-on train."""
     if cfg.eval_interval == 0 and cfg.stop_on == "train":
         return None
+    confirm = None if target is None or not cfg.confirm_episodes else (target, cfg.confirm_episodes)
     return Evaluator(
         spec,
         cfg.algo,
@@ -253,6 +255,7 @@ def _evaluator(cfg: Config, spec: ModelSpec) -> Evaluator | None:
         episodes=cfg.eval_episodes,
         deterministic=not cfg.eval_stochastic,
         seed=cfg.seed,
+        confirm=confirm,
     )
 
 
