@@ -56,7 +56,10 @@ def test_threads_one_worker_is_bit_for_bit_reproducible(tmp_path):
     assert_same_params(params_of(tmp_path / "a"), params_of(tmp_path / "b"))
 
 
-@pytest.mark.parametrize(("algo", "core"), [("a3c", "none"), ("a3c", "lstm"), ("nstep-q", "lstm")])
+@pytest.mark.parametrize(
+    ("algo", "core"),
+    [("a3c", "none"), ("a3c", "lstm"), ("nstep-q", "lstm"), ("appo", "none"), ("appo", "lstm")],
+)
 def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path, algo, core):
     # lstm: the recurrent state is checkpointed with the worker and carried on exactly
     env = "asyncrl-test/CartPole-sigint-main-v0"  # SIGINT to the main process at env step 700

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.targets import gae_advantages, nstep_returns
+from asyncrl.targets import gae_advantages, nstep_returns, vtrace
 from tests.oracles import nstep_targets
 
 G = 0.5
@@ -122,3 +122,84 @@ def test_rejects_bad_arguments():
         nstep_targets(R, V, LAST, False, G, missing="nope")
     with pytest.raises(ValueError, match="n must be"):
         nstep_targets(R, V, LAST, False, G, n=0)
+
+
+# ---------------------------------------------------------------- V-trace
+def _ends(T, at=()):
+    e = np.zeros(T, bool)
+    e[list(at)] = True
+    return e
+
+
+def test_vtrace_on_policy_is_the_nstep_return():
+    # log rho = 0 and the bars at 1: every weight is 1, and V-trace's targets are the forward
+    # view's returns (10.25, 18.5, 33, 58 above), its advantages those returns minus V
+    nv = np.array([20.0, 30.0, 40.0, LAST], np.float32)
+    no = _ends(4)
+    vs, adv = vtrace(R, V, nv, no, no, np.zeros(4, np.float32), G)
+    np.testing.assert_allclose(vs, [10.25, 18.5, 33.0, 58.0])
+    np.testing.assert_allclose(adv, np.array([10.25, 18.5, 33.0, 58.0]) - V)
+
+
+def test_vtrace_on_policy_equals_nstep_returns_and_gae_with_episode_ends():
+    rng = np.random.default_rng(3)
+    T, B = 9, 4
+    r = rng.normal(size=(T, B)).astype(np.float32)
+    v = rng.normal(size=(T, B)).astype(np.float32)
+    nv = np.concatenate([v[1:], rng.normal(size=(1, B))]).astype(np.float32)
+    term, ends = np.zeros((T, B), bool), np.zeros((T, B), bool)
+    term[3, 0] = ends[3, 0] = True  # terminated inside the rollout
+    ends[5, 1] = True  # truncated: bootstraps from its final observation's value
+    nv[3, 0], nv[5, 1] = 7.0, -4.0
+    zero = np.zeros((T, B), np.float32)
+    vs, adv = vtrace(r, v, nv, term, ends, zero, 0.9)
+    np.testing.assert_allclose(vs, nstep_returns(r, nv, term, ends, 0.9), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(adv, vs - v, rtol=1e-5, atol=1e-5)
+    vs_lam, _ = vtrace(r, v, nv, term, ends, zero, 0.9, lam=0.7)
+    gae = gae_advantages(r, v, nv, term, ends, 0.9, 0.7)
+    np.testing.assert_allclose(vs_lam, gae + v, rtol=1e-5, atol=1e-5)
+
+
+def test_vtrace_off_policy_by_hand():
+    # T = 2, gamma = .5, r = [1, 2], V = [10, 20], V(x_2) = 40, pi/mu = [2, 0.5]
+    # rho = min(1, .) = [1, .5]; c = [1, .5]
+    # delta_1 = .5 (2 + .5*40 - 20) = 1;   v_1 = 20 + 1 = 21
+    # delta_0 = 1 (1 + .5*20 - 10) = 1;    v_0 = 10 + 1 + .5*1*(21 - 20) = 11.5
+    # A_1 = .5 (2 + .5*40 - 20) = 1;       A_0 = 1 (1 + .5*21 - 10) = 1.5
+    r = np.array([1.0, 2.0], np.float32)
+    v = np.array([10.0, 20.0], np.float32)
+    nv = np.array([20.0, 40.0], np.float32)
+    log_rhos = np.log(np.array([2.0, 0.5], np.float32))
+    vs, adv = vtrace(r, v, nv, _ends(2), _ends(2), log_rhos, G)
+    np.testing.assert_allclose(vs, [11.5, 21.0], rtol=1e-6)
+    np.testing.assert_allclose(adv, [1.5, 1.0], rtol=1e-6)
+    # rho_bar = c_bar = 3 lets the first weight through whole: delta_0 = 2, c_0 = 2
+    # v_0 = 10 + 2 + .5*2*1 = 13; A_0 = 2 (1 + 10.5 - 10) = 3
+    vs, adv = vtrace(r, v, nv, _ends(2), _ends(2), log_rhos, G, rho_bar=3.0, c_bar=3.0)
+    np.testing.assert_allclose(vs, [13.0, 21.0], rtol=1e-6)
+    np.testing.assert_allclose(adv, [3.0, 1.0], rtol=1e-6)
+
+
+def test_vtrace_does_not_cross_an_episode_end():
+    # the episode ends (terminated) at t=0: v_0 = V_0 + rho_0 (r_0 - V_0), whatever follows
+    r = np.array([1.0, 2.0], np.float32)
+    v = np.array([10.0, 20.0], np.float32)
+    nv = np.array([99.0, 40.0], np.float32)
+    end = _ends(2, [0])
+    vs, adv = vtrace(r, v, nv, end, end, np.log(np.array([0.5, 2.0], np.float32)), G)
+    np.testing.assert_allclose(vs, [10.0 + 0.5 * (1.0 - 10.0), 20.0 + (2.0 + 20.0 - 20.0)])
+    np.testing.assert_allclose(adv, [0.5 * (1.0 - 10.0), 2.0 + 20.0 - 20.0])
+
+
+def test_vtrace_torch_in_torch_out_and_same_numbers():
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(size=(5, 2)).astype(np.float32) for _ in range(3)]
+    lr = rng.normal(scale=0.5, size=(5, 2)).astype(np.float32)
+    ends = np.zeros((5, 2), bool)
+    ends[2, 1] = True
+    out_np = vtrace(*arrays, ends, ends, lr, 0.9, lam=0.8)
+    out_t = vtrace(*map(torch.from_numpy, arrays), torch.from_numpy(ends),
+                   torch.from_numpy(ends), torch.from_numpy(lr), 0.9, lam=0.8)  # fmt: skip
+    for a, b in zip(out_np, out_t, strict=True):
+        assert isinstance(b, torch.Tensor)
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-5)

@@ -122,7 +122,7 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
 
         def loss(self, model, rollout, target_model=None):
             seen = {k: v.copy() for k, v in vars(rollout).items()}
-            RecordingSarsa.seen.append({**seen, "pending": self.pending.copy()})
+            RecordingSarsa.seen.append({**seen, "pending": self.pending[0].copy()})
             return super().loss(model, rollout, target_model)
 
     monkeypatch.setitem(algos.REGISTRY, "onestep-sarsa", RecordingSarsa)

@@ -42,8 +42,9 @@ class Config:
     """A training run. Defaults are the tuned CartPole preset; ``--preset paper`` gives the
     paper's hyper-parameters (Mnih et al., 2016, Section 8 of the supplement)."""
 
-    algo: Literal["a3c", "nstep-q", "onestep-q", "onestep-sarsa"] = "a3c"
-    """algorithm"""
+    algo: Literal["a3c", "appo", "nstep-q", "onestep-q", "onestep-sarsa"] = "a3c"
+    """algorithm: the paper's four, or appo (asynchronous PPO: several clipped passes over
+    each rollout)"""
     env: str = "CartPole-v1"
     """Gymnasium environment id"""
     env_kwargs: tuple[str, ...] = ()
@@ -112,10 +113,27 @@ class Config:
     """horizon past the rollout: 'bootstrap' = use maximum terms possible (bootstrap from V),
     'zero' = missing terms treated as 0"""
     gae_lambda: float | None = None
-    """A3C: use GAE(lambda) advantages instead of n-step advantages (default: off, as the paper)"""
+    """A3C, APPO: use GAE(lambda) advantages instead of n-step advantages (default: off, as the
+    paper); with --vtrace, V-trace's lambda"""
     normalize_advantage: bool = False
-    """A3C: scale each rollout's advantages to mean 0 and std 1 before the policy gradient
-    (SB3's normalize_advantage; the paper does not)"""
+    """A3C, APPO: scale each rollout's advantages to mean 0 and std 1 before the policy
+    gradient (SB3's normalize_advantage; the paper does not)"""
+    vtrace: bool = False
+    """A3C, APPO: learn at the current global parameters, correcting for the rollout's older
+    behaviour policy with V-trace's truncated importance weights (Espeholt et al., 2018)"""
+    rho_bar: float = 1.0
+    """--vtrace: truncation of the importance weights in the targets and advantages"""
+    c_bar: float = 1.0
+    """--vtrace: truncation of the traces (how far a correction reaches back)"""
+    epochs: int = 4
+    """APPO: passes over each rollout"""
+    minibatches: int = 4
+    """APPO: minibatches of each pass over a rollout: random sets of its transitions, or with
+    a recurrent core groups of its envs (whole sequences: the core replays its state)"""
+    clip: float = 0.2
+    """APPO: PPO's clip range epsilon of the probability ratio"""
+    value_clip: float = 0.0
+    """APPO: clip the value's move from the rollout's values to this (0: no clipping)"""
     gamma: float = 0.99
     """discount factor"""
     lr: float = 3e-3
@@ -214,7 +232,7 @@ class Config:
     def hidden_sizes(self) -> tuple[int, ...]:
         if self.hidden is not None:
             return tuple(self.hidden)
-        return (64, 64) if self.algo == "a3c" else (128, 128)
+        return (64, 64) if self.algo in ("a3c", "appo") else (128, 128)
 
     @property
     def eval_interval(self) -> int:
@@ -321,7 +339,7 @@ class Config:
             f"must be >= 0 (0: no confirmation), got {self.confirm_episodes}",
         )
         _need(
-            not self.eval_stochastic or self.algo == "a3c",
+            not self.eval_stochastic or self.algo in ("a3c", "appo"),
             "eval-stochastic",
             f"{self.algo} acts greedily at evaluation (its epsilon is a training schedule, not a "
             "policy); drop --eval-stochastic",
@@ -405,7 +423,7 @@ class Config:
         )
 
     def _check_a3c(self) -> None:
-        """A3C's advantages and loss weights."""
+        """A3C's and APPO's advantages, loss weights, V-trace and PPO options."""
         _need(
             self.gae_lambda is None or 0.0 <= self.gae_lambda <= 1.0,
             "gae-lambda",
@@ -418,6 +436,31 @@ class Config:
         )
         _need(self.entropy_coef >= 0.0, "entropy-coef", f"must be >= 0, got {self.entropy_coef}")
         _need(self.value_coef >= 0.0, "value-coef", f"must be >= 0, got {self.value_coef}")
+        policy_gradient = self.algo in ("a3c", "appo")
+        _need(
+            not self.vtrace or policy_gradient,
+            "vtrace",
+            f"V-trace corrects a policy gradient; {self.algo} has none: use a3c or appo",
+        )
+        _need(self.rho_bar > 0.0, "rho-bar", f"must be > 0, got {self.rho_bar}")
+        _need(self.c_bar > 0.0, "c-bar", f"must be > 0, got {self.c_bar}")
+        _need(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
+        _need(self.minibatches >= 1, "minibatches", f"must be >= 1, got {self.minibatches}")
+        _need(
+            self.algo != "appo" or self.core == "none" or self.minibatches <= self.envs_per_worker,
+            "minibatches",
+            f"with --core {self.core} each minibatch is a group of a worker's envs: "
+            f"{self.minibatches} minibatches need --envs-per-worker {self.minibatches} or more "
+            f"(it is {self.envs_per_worker})",
+        )
+        _need(
+            self.algo != "appo" or self.minibatches <= self.envs_per_worker * self.t_max,
+            "minibatches",
+            f"{self.minibatches} minibatches of a rollout of {self.envs_per_worker * self.t_max} "
+            "transitions (--t-max x --envs-per-worker): give fewer",
+        )
+        _need(0.0 < self.clip < 1.0, "clip", f"must be in (0, 1), got {self.clip}")
+        _need(self.value_clip >= 0.0, "value-clip", f"must be >= 0, got {self.value_clip}")
 
     def _check_q_methods(self) -> None:
         """The Q methods' target network, update period and exploration schedule."""
@@ -453,7 +496,7 @@ class Config:
             self.core == "none" or self.algo != "onestep-sarsa",
             "core",
             f"one-step Sarsa has no {self.core.upper()} core (its next action is drawn a step "
-            "ahead of the recurrent state): use a3c, nstep-q or onestep-q, or drop "
+            "ahead of the recurrent state): use a3c, appo, nstep-q or onestep-q, or drop "
             f"--core {self.core}",
         )
         _need(
@@ -626,6 +669,29 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# APPO over any preset: PPO's optimiser and advantages (SB3's, CleanRL's defaults: Adam with eps
+# 1e-5, GAE(0.95), normalised advantages, gradients clipped at 0.5, 4 epochs of 4 minibatches,
+# clip 0.2); a preset's own APPO settings (_APPO_BY_PRESET) come on top. The env's preset
+# stays A3C's for --algo a3c.
+_APPO: dict[str, Any] = dict(
+    optimizer="adam",
+    eps=1e-5,
+    lr=1e-3,
+    gae_lambda=0.95,
+    normalize_advantage=True,
+    max_grad_norm=0.5,
+    lr_schedule="constant",
+)
+_APPO_BY_PRESET: dict[str, dict[str, Any]] = {
+    # Pendulum-v1 (docs/benchmarks.md#appo-and-v-trace): SB3's ratio of gradient steps to
+    # samples (10 epochs of 64-transition minibatches) learnt in the fewest steps of those tried
+    "control": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8),
+    # PPO's Atari learning rate (Schulman et al., 2017; SB3 and CleanRL: 2.5e-4): Adam at 1e-3
+    # is too large for the conv net. Not tuned here.
+    "atari": dict(lr=2.5e-4),
+}
+
+
 if TYPE_CHECKING:
     from asyncrl.envs import EnvInfo
 
@@ -665,7 +731,10 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
             name = probed(info, env).preset
     if name not in _PRESETS:
         raise UserError(f"--preset: unknown preset {name!r}, choose one of {', '.join(_PRESETS)}")
-    return Config(**{**_PRESETS[name], **overrides})
+    values = dict(_PRESETS[name])
+    if overrides.get("algo", values.get("algo", Config.algo)) == "appo":
+        values |= _APPO | _APPO_BY_PRESET.get(name, {})
+    return Config(**{**values, **overrides})
 
 
 def _flag(name: str) -> str:

@@ -28,6 +28,11 @@ class Distribution(Protocol):
         """One action per row, drawn with ``rng`` (the worker's seeded generator)."""
         ...
 
+    def sample_logp(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`sample`, and the log-probability of each action drawn (the behaviour
+        policy's, which the rollout keeps for importance weights)."""
+        ...
+
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         """log pi(a|s) per row, summed over action dimensions."""
         ...
@@ -65,6 +70,14 @@ class Categorical:
         logits = self.logits.detach() if self.logits.requires_grad else self.logits
         return sample_categorical(torch.softmax(logits, dim=-1).numpy(), rng)
 
+    def sample_logp(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        logits = self.logits.detach() if self.logits.requires_grad else self.logits
+        probs = torch.softmax(logits, dim=-1).numpy()
+        actions = sample_categorical(probs, rng)
+        # from the probabilities the draw used: a gather and a log in numpy, a few us
+        picked = np.take_along_axis(probs, actions[:, None], axis=1)[:, 0]
+        return actions, np.log(np.maximum(picked, np.finfo(probs.dtype).tiny))
+
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self.logp().gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
@@ -87,6 +100,11 @@ class DiagGaussian:
         mean, std = self.mean.detach().numpy(), self.std.detach().numpy()
         noise = rng.standard_normal(mean.shape, dtype=np.float32)
         return (mean + std * noise).astype(np.float32)
+
+    def sample_logp(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        actions = self.sample(rng)
+        with torch.no_grad():
+            return actions, self.log_prob(torch.from_numpy(actions)).numpy()
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         z = (actions - self.mean) / self.std

@@ -51,6 +51,7 @@ class Evaluation:
     snapshot: GlobalSnapshot | None = field(default=None, repr=False, compare=False)
     error: str | None = None  # the evaluation failed (the run goes on without it)
     confirmed: bool = False  # the screen reached the target: ``returns`` are the confirmation's
+    screen_seconds: float = 0.0  # the screen's own time (what a periodic evaluation costs)
 
     @property
     def mean(self) -> float:
@@ -155,10 +156,10 @@ class Evaluator:
                         n = min(self.episodes, MAX_EVAL_ENVS)
                         envs = make_eval_vec_env(self.env_id, n, self.seed, self.env_kwargs)
                     load_snapshot(policy.model, flat, snap)
-                    returns, confirmed = self._play(policy, envs, index, rng)
+                    returns, confirmed, screen = self._play(policy, envs, index, rng)
                     seconds = time.perf_counter() - t0
                     ev = Evaluation(
-                        index, step, wall, tuple(returns), seconds, snap, None, confirmed
+                        index, step, wall, tuple(returns), seconds, snap, None, confirmed, screen
                     )
                 except Exception as e:  # reported; the run goes on without evaluations
                     ev = Evaluation(index, step, wall, (), time.perf_counter() - t0, None, str(e))
@@ -169,15 +170,19 @@ class Evaluator:
 
     def _play(
         self, policy: Policy, envs: Any, index: int, rng: np.random.Generator
-    ) -> tuple[list[float], bool]:
+    ) -> tuple[list[float], bool, float]:
         """The screen's returns; where they reach the target, the confirmation's instead (new
-        episodes: the screen's were picked for passing, so they would bias the mean up)."""
+        episodes: the screen's were picked for passing, so they would bias the mean up). And
+        whether it was confirmed, and the screen's seconds."""
+        t0 = time.perf_counter()
         n = self.confirm[1] if self.confirm else 0
         seeds = eval_seeds(self.seed, index, self.episodes + n)
         returns = play_episodes(policy, envs, seeds[: self.episodes], self.deterministic, rng)
+        screen = time.perf_counter() - t0
         if self.confirm is None or n == 0 or statistics.fmean(returns) < self.confirm[0]:
-            return returns, False
-        return play_episodes(policy, envs, seeds[self.episodes :], self.deterministic, rng), True
+            return returns, False, screen
+        more = play_episodes(policy, envs, seeds[self.episodes :], self.deterministic, rng)
+        return more, True, screen
 
 
 #: envs an evaluation steps side by side (its episodes are played in waves of this many)

@@ -31,6 +31,9 @@ class Rollout:
     valid: np.ndarray  # (T, B) bool: a real transition, not an autoreset step
     first: np.ndarray  # (T+1, B) bool: obs[t] is the first of an episode (a recurrent state
     #                    starts from zero there: the row after an autoreset step)
+    logp: np.ndarray  # (T, B) float32: log mu(a_t|s_t), the behaviour policy's (the one that
+    #                   acted, with the parameters of ``version``): importance weights need it
+    version: int = -1  # of the parameters that acted (the store's; Hogwild's are all 0)
 
     @classmethod
     def empty(
@@ -51,6 +54,7 @@ class Rollout:
             ends=np.zeros((T, B), bool),
             valid=np.zeros((T, B), bool),
             first=np.zeros((T + 1, B), bool),
+            logp=np.zeros((T, B), np.float32),
         )
 
     @classmethod
@@ -69,6 +73,8 @@ class Rollout:
             ends=self.ends[:n],
             valid=self.valid[:n],
             first=self.first[: n + 1],
+            logp=self.logp[:n],
+            version=self.version,
         )
 
     @property

@@ -299,7 +299,9 @@ class Supervisor:
             )
             self.evaluator = None
             return
-        self.last_eval_cost = (self.monitor.elapsed(), result.seconds)
+        # a confirmation is rare and its cost is the stop rule's: the periodic schedule paces
+        # itself on the screens alone (a 100-episode confirmation would hold it back 10x longer)
+        self.last_eval_cost = (self.monitor.elapsed(), result.screen_seconds)
         if self.monitor.evaluation(result) and self.save_best is not None:
             self.save_best(result)
         target = self.monitor.target

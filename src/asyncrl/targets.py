@@ -133,3 +133,54 @@ def gae_advantages(
         adv = deltas[t] + gamma * lam * cont[t] * adv
         out[t] = adv
     return out
+
+
+def vtrace(
+    rewards: Array,
+    values: Array,
+    next_values: Array,
+    terminated: Array,
+    ends: Array,
+    log_rhos: Array,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[Array, Array]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al., 2018, Section 4.1) of a
+    rollout acted by a behaviour policy mu and learned by pi.
+
+    Same conventions as :func:`gae_advantages`; ``log_rhos`` are log pi(a_t|x_t) - log
+    mu(a_t|x_t). With rho_t = min(rho_bar, pi/mu) and c_t = lam * min(c_bar, pi/mu):
+
+        delta_t = rho_t (r_t + gamma V(x_{t+1}) - V(x_t))
+        v_t     = V(x_t) + delta_t + gamma c_t (v_{t+1} - V(x_{t+1}))      (v_T = V(x_T))
+        A_t     = rho_t (r_t + gamma v_{t+1} - V(x_t))
+
+    No term crosses an episode end; there ``V(x_{t+1})`` is that of the final observation
+    (0 when terminated) and ``v_{t+1}`` is it too. On-policy (``log_rhos`` = 0, the bars >= 1)
+    ``v_t`` is the n-step return to the rollout's end (:func:`nstep_returns`), or GAE(lam)'s
+    value target. Returns ``(v, A)``; both are targets (no gradient is meant to flow through
+    them: pass detached values and ratios).
+    """
+    T = rewards.shape[0]
+    live = 1.0 - _float_like(terminated, rewards)
+    cont = 1.0 - _float_like(ends, rewards)
+    if isinstance(log_rhos, torch.Tensor):
+        rhos = torch.exp(log_rhos).to(rewards.dtype)
+        clip_rho, clip_c = torch.clamp(rhos, max=rho_bar), torch.clamp(rhos, max=c_bar)
+    else:
+        rhos = np.exp(log_rhos).astype(rewards.dtype)
+        clip_rho, clip_c = np.minimum(rhos, rho_bar), np.minimum(rhos, c_bar)
+    boot = live * next_values  # V(x_{t+1}), 0 past a terminal state
+    deltas = clip_rho * (rewards + gamma * boot - values)
+    vs_minus_v = rewards * 0.0
+    next_acc = rewards * 0.0  # v_{t+1} - V(x_{t+1}) inside the episode (0 past the rollout)
+    acc = deltas[T - 1] * 0.0
+    for t in range(T - 1, -1, -1):
+        next_acc[t] = cont[t] * acc
+        acc = deltas[t] + gamma * lam * clip_c[t] * next_acc[t]
+        vs_minus_v[t] = acc
+    vs = values + vs_minus_v
+    advantages = clip_rho * (rewards + gamma * (boot + next_acc) - values)
+    return vs, advantages

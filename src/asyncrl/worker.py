@@ -97,6 +97,11 @@ class Store(Protocol):
         return their version."""
         ...
 
+    def refresh(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
+        """Copy the global parameters into the local ones between the updates of one rollout
+        (no rollout boundary: the worker's state is not whole); return their version."""
+        ...
+
     def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
         """Count ``n_steps``; apply ``grad`` unless None (non-finite); return the global step,
         or -1 where this worker must exit at once (restarted as hung, or orphaned: nothing was
@@ -245,13 +250,13 @@ class Worker:
         cfg, store, buf = self.cfg, self.store, self.buf
         global_step = store.global_step()
         while not store.stopping() and global_step < cfg.steps:
-            version = store.pull(self.local, self.target_local)
+            buf.version = store.pull(self.local, self.target_local)
             finished, length = self.collect(global_step)
             ro = buf.prefix(length)
             n_valid = int(ro.valid.sum())
             if n_valid:
                 self.check_env_values(ro, global_step)
-                global_step = self.learn(ro, n_valid, version)
+                global_step = self.learn(ro, n_valid, buf.version)
                 if global_step < 0:  # retired while learning
                     return None
                 # after the loss: it normalises with the statistics acting used (this worker's
@@ -273,24 +278,32 @@ class Worker:
         return snapshot
 
     def learn(self, ro: Rollout, n_valid: int, version: int) -> int:
-        """Loss, gradient, push: the rollout's one asynchronous update. Returns the global
-        step, or -1 if the worker was retired meanwhile."""
-        cfg, store = self.cfg, self.store
-        loss, stats = self.algo.loss(self.model, ro, self.target_model)
-        self.model.zero_grad(set_to_none=True)
-        loss.backward()
-        grad = flat_grad(self.model)
-        norm = clip_grad_norm_(grad, cfg.max_grad_norm)
-        finite = math.isfinite(norm) and math.isfinite(float(loss.detach()))
-        # never let a NaN or inf reach the global parameters
-        global_step = store.push(grad if finite else None, n_valid, version)
-        if finite:
-            self.bad_in_a_row = 0
-            stats["train/grad_norm"] = norm
-            stats["train/clip_fraction"] = float(0 < cfg.max_grad_norm < norm)
-            self.stats.add(stats)
-        else:
-            self.nonfinite(global_step, loss, norm)
+        """Loss, gradient, push: the rollout's asynchronous updates (one for the paper's
+        methods; APPO's epochs x minibatches). Returns the global step, or -1 if the worker was
+        retired meanwhile."""
+        cfg, store, algo = self.cfg, self.store, self.algo
+        global_step = -1
+        for k, update in enumerate(algo.updates(self.model, ro, self.target_model)):
+            if algo.fresh_parameters:  # learn at the global parameters of now (off-policy)
+                version = store.refresh(self.local, self.target_local)
+            loss, stats = update()
+            self.model.zero_grad(set_to_none=True)
+            loss.backward()
+            grad = flat_grad(self.model)
+            norm = clip_grad_norm_(grad, cfg.max_grad_norm)
+            finite = math.isfinite(norm) and math.isfinite(float(loss.detach()))
+            # never let a NaN or inf reach the global parameters; the rollout's steps count
+            # with its first update
+            global_step = store.push(grad if finite else None, n_valid if k == 0 else 0, version)
+            if global_step < 0:
+                return global_step
+            if finite:
+                self.bad_in_a_row = 0
+                stats["train/grad_norm"] = norm
+                stats["train/clip_fraction"] = float(0 < cfg.max_grad_norm < norm)
+                self.stats.add(stats)
+            else:
+                self.nonfinite(global_step, loss, norm)
         return global_step
 
     def collect(self, global_step: int) -> tuple[list[tuple[float, int]], int]:
@@ -310,7 +323,9 @@ class Worker:
                 valid = ~self.prev_done
                 buf.valid[t] = valid
                 buf.first[t] = self.first
-                action = algo.act(self.model, self.obs_t[t], global_step, self.rng, self.first)
+                action, logp = algo.act(
+                    self.model, self.obs_t[t], global_step, self.rng, self.first
+                )
                 # after an autoreset step, the next observation is a new episode's first
                 self.first = ~valid
                 if self.float_actions and not np.isfinite(action).all():
@@ -319,6 +334,7 @@ class Worker:
                 self.obs, reward, term, trunc, info = self.envs.step(to_env)
                 done = term | trunc
                 buf.actions[t] = action
+                buf.logp[t] = logp
                 buf.rewards[t] = (
                     reward * valid if self.scale == 1.0 else reward * valid * self.scale
                 )

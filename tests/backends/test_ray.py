@@ -284,6 +284,28 @@ def test_a_pipelined_worker_sees_the_stop_flag(monkeypatch):
 
 
 @pytest.mark.slow
+def test_appo_with_vtrace_learns_on_the_cluster(cluster, run_dir):
+    """APPO's minibatch gradients go through the parameter server like A3C's, with the
+    server's parameters pulled between them (as fresh as --ray-batch lets them be), and
+    V-trace corrects for the lag: it solves CartPole."""
+    summary = asyncrl.train(
+        backend="ray",
+        address=cluster.address,
+        workers=2,
+        seed=0,
+        algo="appo",
+        vtrace=True,
+        steps=2_000_000,
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    assert summary["solved"], summary
+    assert summary["best_eval_return"] >= 475
+    # every minibatch's gradient reached the server: epochs x minibatches per rollout
+    assert summary["server"]["updates"] > 4 * summary["total_steps"] / (8 * 16)
+
+
+@pytest.mark.slow
 def test_the_recurrent_agent_runs_on_the_cluster(cluster, run_dir):
     summary = asyncrl.train(
         backend="ray",

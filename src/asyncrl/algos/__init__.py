@@ -1,8 +1,10 @@
-"""One file per algorithm of the paper; each gives its loss and behaviour policy."""
+"""One file per algorithm (the paper's four, and APPO); each gives its loss and behaviour
+policy."""
 
 from __future__ import annotations
 
 from asyncrl.algos.a3c import A3C
+from asyncrl.algos.appo import APPO
 from asyncrl.algos.base import Algorithm
 from asyncrl.algos.nstep_q import NStepQ
 from asyncrl.algos.onestep_q import OneStepQ
@@ -12,7 +14,7 @@ from asyncrl.envs import EnvInfo
 from asyncrl.errors import UserError
 
 REGISTRY: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (A3C, NStepQ, OneStepQ, OneStepSarsa)
+    cls.name: cls for cls in (A3C, APPO, NStepQ, OneStepQ, OneStepSarsa)
 }
 
 

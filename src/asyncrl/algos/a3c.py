@@ -5,6 +5,8 @@ Per rollout of up to t_max steps (of each of the worker's envs):
     R_t   = forward-view n-step return, bootstrapped from V(s_T) (asyncrl.targets)
     A_t   = R_t - V(s_t)                          (or GAE(lambda) with --gae-lambda; scaled to
                                                    mean 0, std 1 with --normalize-advantage)
+    (--vtrace: R_t and A_t are V-trace's, learnt at the global parameters of the moment the
+    rollout ends rather than those that acted; see :meth:`A3C.targets`)
     loss  = -log pi(a_t|s_t) * A_t                 policy gradient, A_t detached
             + value_coef * (R_t - V(s_t))^2        critic
             - entropy_coef * H(pi(.|s_t))          the bonus *rewards* entropy
@@ -35,7 +37,7 @@ import torch
 from asyncrl.algos.base import Algorithm, model_spec_for
 from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
-from asyncrl.targets import gae_advantages, nstep_returns
+from asyncrl.targets import gae_advantages, nstep_returns, vtrace
 
 
 class A3C(Algorithm):
@@ -45,8 +47,12 @@ class A3C(Algorithm):
     def model_spec(self) -> ModelSpec:
         return model_spec_for(self.cfg, "actor-critic", self.info)
 
+    @property
+    def fresh_parameters(self) -> bool:  # type: ignore[override]
+        return self.cfg.vtrace
+
     def act(self, model, obs, global_step, rng, first):
-        return model.distribution(self.network_step(model, obs, first)).sample(rng)
+        return model.distribution(self.network_step(model, obs, first)).sample_logp(rng)
 
     @classmethod
     def eval_step(cls, model, obs, state, first, deterministic, rng):
@@ -56,43 +62,14 @@ class A3C(Algorithm):
 
     def loss(self, model, rollout: Rollout, target_model=None):
         cfg = self.cfg
-        T, B = rollout.t_max, rollout.num_envs
+        T = rollout.t_max
         params, values = self.unroll(model, rollout)  # (T+1, B, ...), (T+1, B)
-        params = params[:T]  # the values keep the bootstrap row
-        dist = model.distribution(params)
+        dist = model.distribution(params[:T])  # the values keep the bootstrap row
         v = values[:T]
-        v_np = v.detach().numpy()
-        next_v = values[1:].detach().numpy()  # after an episode end: V(final observation)
-
-        if cfg.gae_lambda is None:
-            returns = nstep_returns(
-                rollout.rewards,
-                next_v,
-                rollout.terminated,
-                rollout.ends,
-                cfg.gamma,
-                cfg.horizon,
-                cfg.missing,
-            )
-            adv = returns - v_np
-        else:
-            adv = gae_advantages(
-                rollout.rewards,
-                v_np,
-                next_v,
-                rollout.terminated,
-                rollout.ends,
-                cfg.gamma,
-                cfg.gae_lambda,
-            )
-            returns = adv + v_np
-        assert returns.shape == (T, B), returns.shape
-
+        logp_a = dist.log_prob(rollout.actions_tensor())
+        returns, adv, stats = self.targets(rollout, values.detach().numpy(), logp_a)
         mask = torch.from_numpy(rollout.valid).float()
         n = self.loss_denominator(rollout)
-        if cfg.normalize_advantage:
-            adv = normalized(adv, rollout.valid)
-        logp_a = dist.log_prob(rollout.actions_tensor())
         policy_loss = -(logp_a * torch.from_numpy(adv) * mask).sum() / n
         value_loss = ((torch.from_numpy(returns) - v).pow(2) * mask).sum() / n
         entropy = (dist.entropy() * mask).sum() / n
@@ -101,7 +78,40 @@ class A3C(Algorithm):
             "loss/policy_loss": float(policy_loss.detach()),
             "loss/value_loss": float(value_loss.detach()),
             "loss/entropy": float(entropy.detach()),
+            **stats,
         }
+
+    def targets(
+        self, rollout: Rollout, values: np.ndarray, logp: torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """The critic's targets and the policy gradient's advantages ``(T, B)`` from the
+        values ``(T+1, B)`` and the log-probabilities of the actions taken under the policy
+        being learnt: n-step returns, GAE(lambda), or with --vtrace V-trace's, which weigh
+        each step by its truncated importance weight pi/mu against the recorded behaviour
+        policy mu (on-policy, pi = mu, V-trace's are the first two). Advantages scaled to mean
+        0, std 1 with --normalize-advantage."""
+        cfg = self.cfg
+        v, next_v = values[:-1], values[1:]  # after an episode end: V(final observation)
+        r, term, ends = rollout.rewards, rollout.terminated, rollout.ends
+        stats: dict[str, float] = {}
+        if cfg.vtrace:
+            log_rhos = logp.detach().numpy() - rollout.logp
+            lam = 1.0 if cfg.gae_lambda is None else cfg.gae_lambda
+            returns, adv = vtrace(
+                r, v, next_v, term, ends, log_rhos, cfg.gamma, cfg.rho_bar, cfg.c_bar, lam
+            )
+            rhos = np.exp(log_rhos[rollout.valid])
+            if rhos.size:
+                stats = {"vtrace/rho_mean": float(rhos.mean()), "vtrace/rho_max": float(rhos.max())}
+        elif cfg.gae_lambda is None:
+            returns = nstep_returns(r, next_v, term, ends, cfg.gamma, cfg.horizon, cfg.missing)
+            adv = returns - v
+        else:
+            adv = gae_advantages(r, v, next_v, term, ends, cfg.gamma, cfg.gae_lambda)
+            returns = adv + v
+        if cfg.normalize_advantage:
+            adv = normalized(adv, rollout.valid)
+        return returns, adv, stats
 
 
 def normalized(adv: np.ndarray, valid: np.ndarray) -> np.ndarray:

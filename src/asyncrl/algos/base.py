@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -40,6 +41,10 @@ class Algorithm(ABC):
     update_at_episode_end: bool = False
     #: action space kinds the algorithm takes
     action_kinds: tuple[str, ...] = ("discrete",)
+    #: each update is computed at the current global parameters (pulled just before it), not
+    #: at those that acted: the rollout is then off-policy, and the loss corrects for it with
+    #: the recorded behaviour log-probabilities (APPO, --vtrace)
+    fresh_parameters: bool = False
 
     def __init__(self, cfg: Config, info: EnvInfo):
         self.cfg = cfg
@@ -89,13 +94,16 @@ class Algorithm(ABC):
         out, self.state = model.act(obs, self.state, torch.from_numpy(first))
         return out
 
-    def unroll(self, model: Any, rollout: Rollout) -> Any:
-        """The network over the whole rollout ``(T+1, B, ...)``, recomputed from the core's state
-        at its start (PFRL's way for recurrent nets; one batched pass for feed-forward ones)."""
+    def unroll(self, model: Any, rollout: Rollout, envs: np.ndarray | None = None) -> Any:
+        """The network over the whole rollout ``(T+1, B, ...)`` (or the columns ``envs`` of
+        it), recomputed from the core's state at its start (PFRL's way for recurrent nets; one
+        batched pass for feed-forward ones)."""
         start = self.start_state
         if start is None:  # no step acted yet: the zero state
             start = model.initial_state(rollout.num_envs)
         obs, first = torch.from_numpy(rollout.obs), torch.from_numpy(rollout.first)
+        if envs is not None:
+            obs, first, start = obs[:, envs], first[:, envs], start[envs]
         return model.unroll(obs, start, first)
 
     def end_rollout(  # noqa: B027
@@ -113,9 +121,10 @@ class Algorithm(ABC):
         global_step: int,
         rng: np.random.Generator,
         first: np.ndarray,
-    ) -> np.ndarray:
-        """Behaviour actions for a batch of observations ``(B, *obs_shape)``; under no_grad.
-        ``first[i]``: ``obs[i]`` starts an episode (a recurrent state restarts from zero)."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Behaviour actions for a batch of observations ``(B, *obs_shape)`` and their
+        log-probabilities under the behaviour policy; under no_grad. ``first[i]``: ``obs[i]``
+        starts an episode (a recurrent state restarts from zero)."""
 
     @abstractmethod
     def loss(
@@ -123,6 +132,15 @@ class Algorithm(ABC):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss whose gradient is the rollout's accumulated update, and statistics named as
         in TensorBoard (``loss/...``, ``train/...``)."""
+
+    def updates(
+        self, model: nn.Module, rollout: Rollout, target_model: nn.Module | None
+    ) -> Iterator[Callable[[], tuple[torch.Tensor, dict[str, float]]]]:
+        """The rollout's updates, in order: each a call that computes one loss with the
+        model's parameters as they are when it is made (the worker pushes each one's gradient
+        before the next; with :attr:`fresh_parameters` it pulls the global parameters before
+        each). One, :meth:`loss`, for the paper's methods; APPO's epochs x minibatches."""
+        yield lambda: self.loss(model, rollout, target_model)
 
     @classmethod
     @abstractmethod

@@ -20,15 +20,25 @@ class OneStepSarsa(ValueBased):
 
     def start_worker(self, worker_id, rng):
         super().start_worker(worker_id, rng)
-        self.pending: np.ndarray | None = None  # a' at the state after the last rollout
+        # a' at the state after the last rollout, and its behaviour log-probability
+        self.pending: tuple[np.ndarray, np.ndarray] | None = None
 
     def worker_state(self) -> dict:
-        pending = None if self.pending is None else self.pending.copy()
-        return {**super().worker_state(), "pending": pending}
+        if self.pending is None:
+            return {**super().worker_state(), "pending": None}
+        actions, logp = self.pending
+        return {**super().worker_state(), "pending": actions.copy(), "pending_logp": logp.copy()}
 
     def load_worker_state(self, state: dict) -> None:
         super().load_worker_state(state)
-        self.pending = state["pending"]
+        actions = state["pending"]
+        if actions is None:
+            self.pending = None
+            return
+        # (a checkpoint written before the rollout kept log-probabilities has none: unused
+        # by Sarsa's loss, so zeros do)
+        logp = state.get("pending_logp")
+        self.pending = (actions, np.zeros(actions.shape, np.float32) if logp is None else logp)
 
     def rollout_length(self) -> int:
         return self.cfg.async_update
@@ -38,8 +48,8 @@ class OneStepSarsa(ValueBased):
 
     def act(self, model, obs, global_step, rng, first):
         if self.pending is not None:
-            action, self.pending = self.pending, None
-            return action
+            acted, self.pending = self.pending, None
+            return acted
         return super().act(model, obs, global_step, rng, first)
 
     def end_rollout(self, model, rollout, global_step, rng):
@@ -48,5 +58,5 @@ class OneStepSarsa(ValueBased):
 
     def bootstrap(self, target_q, rollout):
         assert self.pending is not None
-        next_actions = np.concatenate([rollout.actions[1:], self.pending[None]])
+        next_actions = np.concatenate([rollout.actions[1:], self.pending[0][None]])
         return np.take_along_axis(target_q, next_actions[..., None], axis=-1)[..., 0]

@@ -53,12 +53,16 @@ class ValueBased(Algorithm):
         return cfg.eps_start + frac * (self.eps_final - cfg.eps_start)
 
     def act(self, model, obs, global_step, rng, first):
-        actions = self.network_step(model, obs, first).argmax(-1).numpy()
+        greedy = self.network_step(model, obs, first).argmax(-1).numpy()
         self.last_epsilon = eps = self.epsilon(global_step)
-        explore = rng.random(actions.shape[0]) < eps
+        n = self.info.n_actions
+        explore = rng.random(greedy.shape[0]) < eps
+        actions = greedy.copy()
         if explore.any():
-            actions[explore] = rng.integers(self.info.n_actions, size=int(explore.sum()))
-        return actions
+            actions[explore] = rng.integers(n, size=int(explore.sum()))
+        # epsilon-greedy: eps/n for each action, plus 1 - eps for the greedy one
+        p = np.where(actions == greedy, 1.0 - eps + eps / n, eps / n)
+        return actions, np.log(p).astype(np.float32)
 
     @classmethod
     def eval_step(cls, model, obs, state, first, deterministic, rng):

@@ -132,6 +132,9 @@ class SharedMemoryStore:
             self.answered = request
             snap = self._snapshot(self.worker)
             self.outbox.send(Snapshot(self.wid, self.incarnation, request, snap))
+        return self.refresh(local, target_local)
+
+    def refresh(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
         local.copy_(self.state.params)
         if target_local is not None and self.state.target_params is not None:
             target_local.copy_(self.state.target_params)

@@ -153,6 +153,11 @@ class RayStore:
             merge_obs_stats(self.stats, self.unsent_stats)  # its own batches the server lacks
         return self.version
 
+    def refresh(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
+        # the server's parameters as fresh as the batching allows: a call when a batch of
+        # gradients is full (each minibatch's gradient is a row), else the last reply's
+        return self.pull(local, target_local)
+
     def push(self, grad: torch.Tensor | None, n_steps: int, version: int) -> int:
         if self.grads is None and grad is not None:
             dtype = np.int16 if self.bfloat16 else np.float32  # int16: bfloat16's bits

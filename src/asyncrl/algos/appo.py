@@ -1,0 +1,167 @@
+"""APPO: asynchronous proximal policy optimisation (Schulman et al., 2017's clipped surrogate on
+rollouts from asynchronous actor-learners; the distributed PPO of Heess et al., 2017, arXiv
+1707.02286, and Sample Factory's main algorithm).
+
+A3C takes one gradient step per rollout and throws the rollout away. APPO takes ``epochs``
+passes over it, each in ``minibatches`` random minibatches, and pushes every
+minibatch's gradient through the same store as A3C's (the shared optimizer, lock-free, or the
+Ray server). Before each minibatch the worker pulls the global parameters (other workers have
+moved them meanwhile), so the rollout is off-policy by then, and the loss corrects for it with
+the behaviour log-probabilities the rollout recorded at acting time:
+
+    ratio_t = pi(a_t|s_t) / mu(a_t|s_t)                          mu: the policy that acted
+    L_pi    = -min(ratio_t A_t, clip(ratio_t, 1 - eps, 1 + eps) A_t)
+    L_v     = (V(s_t) - R_t)^2        (or the larger of it and the clipped value's, --value-clip)
+    loss    = L_pi + value_coef L_v - entropy_coef H(pi(.|s_t))   (means over the minibatch)
+
+The targets ``R_t`` and advantages ``A_t`` are computed once per rollout, at the parameters of
+its first minibatch (A3C's :meth:`~asyncrl.algos.a3c.A3C.targets`: n-step, GAE(lambda), or
+V-trace's corrected ones with --vtrace), as PPO computes them once per batch. A minibatch is a
+random set of transitions, or with a recurrent core a group of envs, whole sequences, so that
+the core replays its state from the rollout's start (:meth:`APPO.minibatches`). Pulling
+between minibatches is what makes the clip mean anything here: without it, every
+minibatch's gradient would be taken at the parameters that acted (ratio 1, nothing ever
+clipped) and applied to parameters that others have moved on.
+
+Deviation from PPO's sequential form: the minibatch gradients of other workers land between
+ours, so the proximal step is relative to the behaviour policy mu (its recorded log-probability),
+not to a snapshot the worker holds; this is APPO's form (Sample Factory, RLlib's APPO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from asyncrl.algos.a3c import A3C
+from asyncrl.rollout import Rollout
+
+
+class APPO(A3C):
+    name = "appo"
+
+    @property
+    def fresh_parameters(self) -> bool:  # type: ignore[override]
+        return True
+
+    def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:
+        super().start_worker(worker_id, rng)
+        self.rng = rng  # the worker's: the minibatches' shuffles are part of its seeded stream
+
+    def updates(
+        self, model: Any, rollout: Rollout, target_model: Any = None
+    ) -> Iterator[Callable[[], tuple[torch.Tensor, dict[str, float]]]]:
+        prepared: list[tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]] = []
+        for _ in range(self.cfg.epochs):
+            for times, envs in self.minibatches(rollout):
+                yield partial(self.minibatch_loss, model, rollout, times, envs, prepared)
+
+    def minibatches(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
+        """One pass's minibatches, each the ``(times, envs)`` indices ``(L, n)`` of n
+        sequences of L steps. A core that carries state replays whole sequences from the
+        rollout's start (L = T: a minibatch is a group of envs); a feed-forward net learns
+        from any transitions (L = 1: a random set of the valid ones, which decorrelates the
+        minibatches as SB3's and CleanRL's shuffles do; Sample Factory's ``recurrence`` is
+        the same choice)."""
+        T, B = rollout.t_max, rollout.num_envs
+        m = self.cfg.minibatches
+        if self.cfg.core != "none":
+            groups = np.array_split(self.rng.permutation(B), min(m, B))
+            return [(np.arange(T)[:, None].repeat(len(g), 1), g[None].repeat(T, 0)) for g in groups]
+        flat = self.rng.permutation(np.flatnonzero(rollout.valid))
+        return [(idx[None] // B, idx[None] % B) for idx in np.array_split(flat, min(m, flat.size))]
+
+    @torch.no_grad()
+    def prepare(
+        self, model: Any, rollout: Rollout
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]:
+        """The rollout's targets, advantages and values ``(T, B)`` at the model's parameters
+        now (the first minibatch's), and statistics of them."""
+        T = rollout.t_max
+        params, values = self.unroll(model, rollout)
+        logp = model.distribution(params[:T]).log_prob(rollout.actions_tensor())
+        values_np = values.numpy()
+        returns, adv, stats = self.targets(rollout, values_np, logp)
+        valid = rollout.valid
+        log_rhos = (logp.numpy() - rollout.logp)[valid]
+        if log_rhos.size:
+            rhos = np.exp(log_rhos)
+            stats.setdefault("vtrace/rho_mean", float(rhos.mean()))
+            stats.setdefault("vtrace/rho_max", float(rhos.max()))
+        var = returns[valid].var() if valid.any() else 0.0
+        if var > 0:  # 1: the values explain the returns; 0: no better than their mean
+            residual = (returns - values_np[:T])[valid].var()
+            stats["train/explained_variance"] = float(1.0 - residual / var)
+        return returns, adv, values_np[:T], stats
+
+    def minibatch_loss(
+        self,
+        model: Any,
+        rollout: Rollout,
+        times: np.ndarray,
+        envs: np.ndarray,
+        prepared: list[tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]],
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg = self.cfg
+        first_call = not prepared
+        if first_call:  # at the parameters of the first minibatch, pulled just before it
+            prepared.append(self.prepare(model, rollout))
+        returns, adv, old_v, stats = prepared[0]
+        params, values = self.unroll_minibatch(model, rollout, times, envs)
+        dist = model.distribution(params[:-1])
+        v = values[:-1]
+        logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
+        mask = torch.from_numpy(rollout.valid[times, envs]).float()
+        n = float(times.size)  # a mean over the minibatch's transitions
+        log_ratio = logp - torch.from_numpy(rollout.logp[times, envs])
+        ratio = log_ratio.exp()
+        a = torch.from_numpy(adv[times, envs])
+        clipped = torch.clamp(ratio, 1.0 - cfg.clip, 1.0 + cfg.clip)
+        policy_loss = -(torch.min(ratio * a, clipped * a) * mask).sum() / n
+        ret = torch.from_numpy(returns[times, envs])
+        value_err = (v - ret).pow(2)
+        if cfg.value_clip > 0:
+            old = torch.from_numpy(old_v[times, envs])
+            v_clipped = old + torch.clamp(v - old, -cfg.value_clip, cfg.value_clip)
+            value_err = torch.max(value_err, (v_clipped - ret).pow(2))
+        value_loss = (value_err * mask).sum() / n
+        entropy = (dist.entropy() * mask).sum() / n
+        loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+        with torch.no_grad():
+            count = max(float(mask.sum()), 1.0)
+            # Schulman's low-variance estimator of KL(mu || pi): (ratio - 1) - log ratio
+            approx_kl = float((((ratio - 1.0) - log_ratio) * mask).sum() / count)
+            clip_fraction = float((((ratio - 1.0).abs() > cfg.clip).float() * mask).sum() / count)
+        out = {
+            "loss/policy_loss": float(policy_loss.detach()),
+            "loss/value_loss": float(value_loss.detach()),
+            "loss/entropy": float(entropy.detach()),
+            "appo/approx_kl": approx_kl,
+            "appo/clip_fraction": clip_fraction,
+        }
+        return loss, ({**stats, **out} if first_call else out)
+
+    def unroll_minibatch(
+        self, model: Any, rollout: Rollout, times: np.ndarray, envs: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The network over a minibatch's sequences, ``(L+1, n, ...)`` with the observation
+        after each sequence's last step as the bootstrap row; from the core's state at the
+        rollout's start (whole sequences) or none (single transitions, a stateless core)."""
+        if times.shape[0] == rollout.t_max:
+            return self.unroll(model, rollout, envs[0])
+        rows = np.concatenate([times, times[-1:] + 1])
+        cols = np.concatenate([envs, envs[-1:]])
+        obs = torch.from_numpy(rollout.obs[rows, cols])
+        first = torch.from_numpy(rollout.first[rows, cols])
+        return model.unroll(obs, model.initial_state(envs.shape[1]), first)
+
+    def loss(self, model, rollout: Rollout, target_model=None):
+        """One pass of one minibatch holding the whole rollout (for callers that want one
+        loss)."""
+        T, B = rollout.t_max, rollout.num_envs
+        times, envs = np.arange(T)[:, None].repeat(B, 1), np.arange(B)[None].repeat(T, 0)
+        return self.minibatch_loss(model, rollout, times, envs, [])

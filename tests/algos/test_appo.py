@@ -1,0 +1,202 @@
+"""APPO's loss on hand-made rollouts: its gradient at ratio 1 is A3C's, the clip stops the
+gradient where the ratio has left the range in the advantage's direction, the minibatches
+partition the envs, and the diagnostics measure what they say. Behaviour log-probabilities
+recorded at acting time."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from asyncrl.algos.a3c import A3C
+from asyncrl.algos.appo import APPO
+from asyncrl.algos.onestep_q import OneStepQ
+from asyncrl.algos.qlearning import ValueBased
+from asyncrl.config import Config
+from asyncrl.envs import ActionSpace, EnvInfo
+from asyncrl.models import build_model, flat_grad
+from asyncrl.rollout import Rollout
+
+INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 3))
+BOX = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace(
+    "box", shape=(2,), low=np.full(2, -1.0, np.float32), high=np.ones(2, np.float32)))  # fmt: skip
+
+
+def random_rollout(info, T=5, B=4, seed=0):
+    rng = np.random.default_rng(seed)
+    ro = Rollout.for_env(T, B, info)
+    ro.obs[:] = rng.normal(size=ro.obs.shape)
+    ro.rewards[:] = rng.normal(size=(T, B))
+    ro.valid[:] = True
+    if T > 3 and B > 1:
+        ro.ends[2, 1] = ro.terminated[2, 1] = True
+        ro.valid[3, 1] = False  # the autoreset step after it
+    if info.action.kind == "discrete":
+        ro.actions[:] = rng.integers(info.action.n, size=(T, B))
+    else:
+        ro.actions[:] = rng.normal(size=ro.actions.shape)
+    return ro
+
+
+def algo_and_model(cls, info=INFO, **kw):
+    kw = {
+        "t_max": 5,
+        "envs_per_worker": 4,
+        "hidden": (8,),
+        "gamma": 0.9,
+        "entropy_coef": 0.01,
+        **kw,
+    }
+    cfg = Config(**kw)
+    algo = cls(cfg, info)
+    algo.start_worker(0, np.random.default_rng(0))
+    torch.manual_seed(0)
+    return algo, build_model(algo.model_spec())
+
+
+def behaviour(model, algo, ro):
+    """The log-probabilities of the rollout's actions under ``model`` now: ratio 1."""
+    with torch.no_grad():
+        params, _ = algo.unroll(model, ro)
+        return model.distribution(params[:-1]).log_prob(ro.actions_tensor()).numpy()
+
+
+def grad_of(model, loss):
+    model.zero_grad()
+    loss.backward()
+    return flat_grad(model).clone()
+
+
+@pytest.mark.parametrize("info", [INFO, BOX], ids=["discrete", "box"])
+def test_at_ratio_one_a_whole_batch_pass_is_a3cs_gradient(info):
+    appo, model = algo_and_model(APPO, info, epochs=1, minibatches=1, gae_lambda=0.95)
+    a3c, _ = algo_and_model(A3C, info, gae_lambda=0.95)
+    ro = random_rollout(info)
+    ro.valid[:] = True  # A3C divides by every step of the rollout, APPO by the valid ones
+    ro.logp[:] = behaviour(model, appo, ro)
+    (update,) = list(appo.updates(model, ro, None))
+    loss, stats = update()
+    g_appo = grad_of(model, loss)
+    g_a3c = grad_of(model, a3c.loss(model, ro)[0])
+    torch.testing.assert_close(g_appo, g_a3c, rtol=1e-5, atol=1e-6)
+    assert stats["appo/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["appo/clip_fraction"] == 0.0
+    assert stats["vtrace/rho_mean"] == pytest.approx(1.0) == stats["vtrace/rho_max"]
+    assert "train/explained_variance" in stats
+
+
+def test_the_clip_stops_the_gradient_only_in_the_advantages_direction():
+    appo, model = algo_and_model(APPO, epochs=1, minibatches=1, clip=0.2, t_max=1)
+    ro = random_rollout(INFO, T=1, B=1)
+    ro.valid[:] = True
+    ro.ends[:] = ro.terminated[:] = True  # A = r - V
+    with torch.no_grad():
+        v = float(appo.unroll(model, ro)[1][0, 0])
+    base = behaviour(model, appo, ro)
+    for reward, clipped in [(v + 1.0, True), (v - 1.0, False)]:
+        ro.rewards[:] = reward
+        # mu had the action at half pi's probability: ratio 2, past 1 + clip
+        ro.logp[:] = base - math.log(2.0)
+        loss, stats = next(iter(appo.updates(model, ro, None)))()
+        assert stats["appo/clip_fraction"] == 1.0
+        # the value and entropy terms aside: the policy term alone
+        appo.cfg.value_coef, appo.cfg.entropy_coef = 0.0, 0.0
+        loss, _ = next(iter(appo.updates(model, ro, None)))()
+        g = grad_of(model, loss)
+        # A > 0 and ratio > 1 + eps: clipped, no gradient; A < 0: min takes the unclipped term
+        assert (float(g.abs().max()) == 0.0) == clipped
+        appo.cfg.value_coef, appo.cfg.entropy_coef = 0.5, 0.01
+
+
+@pytest.mark.parametrize("core", ["none", "lstm"])
+def test_epochs_of_minibatches_partition_the_rollout(core):
+    """Feed-forward: each pass's minibatches are a partition of the valid transitions; with a
+    recurrent core, of the envs, each a whole sequence."""
+    appo, model = algo_and_model(APPO, epochs=3, minibatches=2, core=core)
+    ro = random_rollout(INFO, B=4)
+    seen = []
+    real = appo.minibatch_loss
+
+    def spy(model, rollout, times, envs, prepared):
+        seen.append(sorted(zip(times.ravel().tolist(), envs.ravel().tolist(), strict=True)))
+        return real(model, rollout, times, envs, prepared)
+
+    appo.minibatch_loss = spy
+    updates = list(appo.updates(model, ro, None))
+    assert len(updates) == 6
+    for u in updates:
+        u()
+    everything = [(t, b) for t in range(5) for b in range(4)]
+    valid = [(t, b) for t, b in everything if ro.valid[t, b]]
+    for epoch in range(3):
+        a, b = seen[2 * epoch : 2 * epoch + 2]
+        assert abs(len(a) - len(b)) <= (0 if core == "lstm" else 1)
+        assert sorted(a + b) == (everything if core == "lstm" else valid)
+        if core == "lstm":  # whole sequences: every step of an env, in one minibatch
+            assert {e for _, e in a}.isdisjoint({e for _, e in b}) and len(a) == 10
+    assert seen[0] != seen[2] or seen[2] != seen[4]  # reshuffled each pass
+
+
+def test_a_minibatch_of_transitions_is_the_same_loss_as_the_whole_rollout_masked():
+    """The single-transition path of a feed-forward net equals the whole-rollout unroll on
+    those transitions (no sequence needed, no state)."""
+    appo, model = algo_and_model(APPO, epochs=1, minibatches=1)
+    ro = random_rollout(INFO)
+    times, envs = np.array([[0, 4, 2]]), np.array([[1, 3, 0]])
+    params, values = appo.unroll_minibatch(model, ro, times, envs)
+    full_params, full_values = appo.unroll(model, ro)
+    torch.testing.assert_close(params[0], full_params[times[0], envs[0]])
+    torch.testing.assert_close(values[0], full_values[times[0], envs[0]])
+    torch.testing.assert_close(values[1], full_values[times[0] + 1, envs[0]])
+
+
+def test_the_targets_are_computed_once_at_the_first_minibatchs_parameters():
+    appo, model = algo_and_model(APPO, epochs=2, minibatches=2)
+    ro = random_rollout(INFO)
+    ro.logp[:] = behaviour(model, appo, ro)
+    calls = []
+    real = appo.prepare
+    appo.prepare = lambda m, r: calls.append(1) or real(m, r)
+    stats = [u()[1] for u in appo.updates(model, ro, None)]
+    assert calls == [1]
+    assert "train/explained_variance" in stats[0]
+    assert all("train/explained_variance" not in s for s in stats[1:])
+
+
+def test_value_clip_limits_the_values_move():
+    appo, model = algo_and_model(APPO, epochs=1, minibatches=1, value_clip=0.1)
+    ro = random_rollout(INFO)
+    ro.logp[:] = behaviour(model, appo, ro)
+    ro.rewards[:] = 100.0  # targets far above the values: the clipped error is the larger
+    loss_clipped = next(iter(appo.updates(model, ro, None)))()[1]["loss/value_loss"]
+    appo.cfg.value_clip = 0.0
+    loss_plain = next(iter(appo.updates(model, ro, None)))()[1]["loss/value_loss"]
+    # at the first pass V = old V: the clipped value equals V, the losses are the same
+    assert loss_clipped == pytest.approx(loss_plain)
+
+
+# ---------------------------------------------------------------- the behaviour policy
+@pytest.mark.parametrize("info", [INFO, BOX], ids=["discrete", "box"])
+def test_acting_records_the_log_probability_of_the_action_taken(info):
+    a3c, model = algo_and_model(A3C, info)
+    obs = torch.randn(6, 3)
+    with torch.no_grad():
+        actions, logp = a3c.act(model, obs, 0, np.random.default_rng(1), np.ones(6, bool))
+        params, _ = model.act(obs, model.initial_state(6), torch.ones(6, dtype=torch.bool))
+        expected = model.distribution(params).log_prob(torch.from_numpy(actions)).numpy()
+    np.testing.assert_allclose(logp, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_epsilon_greedy_log_probabilities():
+    q, model = algo_and_model(OneStepQ, eps_start=0.3, eps_finals=(0.3,), eps_probs=(1.0,))
+    assert isinstance(q, ValueBased)
+    obs = torch.randn(500, 3)
+    with torch.no_grad():
+        actions, logp = q.act(model, obs, 10**9, np.random.default_rng(0), np.ones(500, bool))
+        greedy = model.act(obs, model.initial_state(500), torch.ones(500, dtype=torch.bool))[0]
+    is_greedy = actions == greedy.argmax(-1).numpy()
+    eps = q.last_epsilon
+    np.testing.assert_allclose(np.exp(logp[is_greedy]), 1 - eps + eps / 3, rtol=1e-6)
+    np.testing.assert_allclose(np.exp(logp[~is_greedy]), eps / 3, rtol=1e-6)
+    assert 0.7 < is_greedy.mean() < 0.9  # 1 - eps + eps/3 = .8
