@@ -52,7 +52,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
-env_id, seed, target, budget, hp = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
+env_id, seed, target, budget = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+hp = json.loads(sys.argv[5])
 n_envs = hp.pop("n_envs"); hp.pop("n_timesteps")
 
 class Stop(BaseCallback):
@@ -70,9 +71,11 @@ class Stop(BaseCallback):
         return True
 
 stop = Stop()
-model = PPO("MlpPolicy", make_vec_env(env_id, n_envs=n_envs, seed=seed), seed=seed, device="cpu", **hp)
+envs = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+model = PPO("MlpPolicy", envs, seed=seed, device="cpu", **hp)
 model.learn(total_timesteps=budget, callback=stop)
-print(json.dumps({"solved": stop.solved_at is not None, "steps": stop.solved_at or model.num_timesteps}))
+steps = stop.solved_at or model.num_timesteps
+print(json.dumps({"solved": stop.solved_at is not None, "steps": steps}))
 """
 
 

@@ -52,7 +52,8 @@ def loss_and_targets(algo_name, ro, **cfg):
     # rollouts of 2 steps: the losses divide by t_max (or async_update) x envs = 2
     algo = REGISTRY[algo_name](Config(gamma=0.5, **{"t_max": 2, "async_update": 2, **cfg}), INFO)
     algo.start_worker(0, np.random.default_rng(0))
-    algo.pending = (np.zeros(1, np.int64), np.zeros(1, np.float32))  # Sarsa's next action at s2 (ignored by the others)
+    # Sarsa's next action at s2 and its log-probability (ignored by the others)
+    algo.pending = (np.zeros(1, np.int64), np.zeros(1, np.float32))
     online = Table([[0.0, 0.0]] * 3)
     target = Table([[0.0, 0.0], [4.0, 1.0], [3.0, 5.0]])
     target.requires_grad_(False)
