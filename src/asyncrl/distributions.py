@@ -53,6 +53,9 @@ def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarra
     return np.minimum((np.cumsum(probs, axis=1) < u).sum(axis=1), probs.shape[1] - 1)
 
 
+_TINY = np.finfo(np.float32).tiny  # the log of a probability that underflowed to 0 stays finite
+
+
 class Categorical:
     """Softmax over ``logits`` (..., n)."""
 
@@ -75,8 +78,8 @@ class Categorical:
         probs = torch.softmax(logits, dim=-1).numpy()
         actions = sample_categorical(probs, rng)
         # from the probabilities the draw used: a gather and a log in numpy, a few us
-        picked = np.take_along_axis(probs, actions[:, None], axis=1)[:, 0]
-        return actions, np.log(np.maximum(picked, np.finfo(probs.dtype).tiny))
+        picked = probs[np.arange(len(actions)), actions]
+        return actions, np.log(np.maximum(picked, _TINY))
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self.logp().gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
