@@ -76,7 +76,6 @@ SUITES: dict[str, list[Task]] = {
             "MinAtar/Breakout-v1",
             3.0,
             ("--backend", "threads", "--workers", "1", "--steps", "600000"),
-            eval_episodes=20,
             baseline="random policy: about 0.5",
         ),
         Task(
@@ -84,8 +83,21 @@ SUITES: dict[str, list[Task]] = {
             "Pendulum-v1",
             -200.0,
             ("--steps", "600000"),
-            eval_episodes=20,
-            baseline="SB3 PPO (rl-zoo settings) on this machine: 3 of 3 seeds in 29-45 s",
+            baseline="SB3 PPO (rl-zoo settings) on this machine: see docs/benchmarks.md",
+        ),
+        Task(
+            "CartPole-v1 APPO",
+            "CartPole-v1",
+            475.0,
+            ("--algo", "appo"),
+            baseline="the A3C row above",
+        ),
+        Task(
+            "Pendulum-v1 APPO",
+            "Pendulum-v1",
+            -200.0,
+            ("--algo", "appo", "--steps", "600000"),
+            baseline="the A3C row above; SB3 PPO: see docs/benchmarks.md",
         ),
     ],
     "mujoco": [
@@ -219,13 +231,12 @@ def run_one(task: Task, seed: int, out: Path) -> dict:
     return result
 
 
-def load_results(results: Path, task: Task, seeds: int) -> list[dict]:
-    out = []
-    for seed in range(seeds):
-        path = results / task.name.replace("/", "-") / f"seed-{seed}.json"
-        if path.is_file():
-            out.append(json.loads(path.read_text()))
-    return out
+def load_results(results: Path, task: Task) -> list[dict]:
+    """Every seed of the task run so far (a task may be run on more seeds than the rest of its
+    suite: ``--seeds 10 --tasks CartPole-v1``), in seed order."""
+    folder = results / task.name.replace("/", "-")
+    paths = sorted(folder.glob("seed-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    return [json.loads(p.read_text()) for p in paths]
 
 
 # ---------------------------------------------------------------------- the report
@@ -262,7 +273,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
-        rs = load_results(results, task, seeds)
+        rs = load_results(results, task)
         if not rs:
             lines.append(f"| {task.name} | no run yet | | | | | {task.baseline} |")
             ax.set_title(f"{task.name} (no run)")
@@ -317,7 +328,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "|---|---|---|---|---|---|---|---|",
     ]
     for task in tasks:
-        for r in load_results(results, task, seeds):
+        for r in load_results(results, task):
             lines.append(
                 f"| {task.name} | {r['seed']} | {r['solved']} | {fmt(r['final_eval'])} | "
                 f"{fmt(r['solve_seconds'])} s | {fmt(r['solve_steps'], 0)} | "
