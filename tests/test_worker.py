@@ -43,7 +43,7 @@ class Recording(A3C):
     seen: typing.ClassVar[list] = []
 
     def loss(self, model, rollout, target_model=None):
-        Recording.seen.append({k: v.copy() for k, v in vars(rollout).items()})
+        Recording.seen.append({k: np.copy(v) for k, v in vars(rollout).items()})
         return super().loss(model, rollout, target_model)
 
 
@@ -121,7 +121,7 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
         seen: typing.ClassVar[list] = []
 
         def loss(self, model, rollout, target_model=None):
-            seen = {k: v.copy() for k, v in vars(rollout).items()}
+            seen = {k: np.copy(v) for k, v in vars(rollout).items()}
             RecordingSarsa.seen.append({**seen, "pending": self.pending[0].copy()})
             return super().loss(model, rollout, target_model)
 
@@ -275,9 +275,9 @@ def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
 def test_a_non_finite_action_is_the_policys_fault_not_the_envs(monkeypatch):
     class NaNPolicy(A3C):
         def act(self, model, obs, global_step, rng, first):
-            a = super().act(model, obs, global_step, rng, first)
+            a, logp = super().act(model, obs, global_step, rng, first)
             a[-1] = np.nan
-            return a
+            return a, logp
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", NaNPolicy)
     cfg = Config(env="Pendulum-v1", steps=50, t_max=4, envs_per_worker=2, hidden=(4,))

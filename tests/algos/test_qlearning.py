@@ -132,12 +132,14 @@ def test_epsilon_greedy_actions():
     rng = np.random.default_rng(0)
     with torch.no_grad():
         first = np.zeros(100, bool)
-        greedy = algo.act(q, obs, 0, rng, first)
+        greedy, logp = algo.act(q, obs, 0, rng, first)
         np.testing.assert_array_equal(greedy, [1, 0] * 50)
+        np.testing.assert_array_equal(logp, 0.0)  # epsilon 0: the greedy action surely
         algo.eps_final = 1.0
         algo.cfg.eps_start = 1.0
-        random = algo.act(q, obs, 0, rng, first)
+        random, logp = algo.act(q, obs, 0, rng, first)
     assert 0.3 < (random != greedy).mean() < 0.7  # uniform: half disagree with greedy
+    np.testing.assert_allclose(logp, np.log(0.5))  # epsilon 1: uniform over the two
 
 
 @pytest.mark.parametrize("algo_name", ["onestep-q", "onestep-sarsa"])
