@@ -92,13 +92,6 @@ SUITES: dict[str, list[Task]] = {
             ("--algo", "appo"),
             baseline="the A3C row above",
         ),
-        Task(
-            "Pendulum-v1 APPO",
-            "Pendulum-v1",
-            -200.0,
-            ("--algo", "appo", "--steps", "600000"),
-            baseline="the A3C row above; SB3 PPO: see docs/benchmarks.md",
-        ),
     ],
     "mujoco": [
         Task(

@@ -686,6 +686,9 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
     # Pendulum-v1 (docs/benchmarks.md#appo-and-v-trace): SB3's ratio of gradient steps to
     # samples (10 epochs of 64-transition minibatches) learnt in the fewest steps of those tried
     "control": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8),
+    # MuJoCo: CleanRL's and SB3's PPO defaults (lr 3e-4, 10 epochs of 64-transition
+    # minibatches), in the shape of control's rollouts
+    "mujoco": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
     # PPO's Atari learning rate (Schulman et al., 2017; SB3 and CleanRL: 2.5e-4): Adam at 1e-3
     # is too large for the conv net. Not tuned here.
     "atari": dict(lr=2.5e-4),
