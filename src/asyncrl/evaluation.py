@@ -179,7 +179,7 @@ class Evaluator:
         seeds = eval_seeds(self.seed, index, self.episodes + n)
         returns = play_episodes(policy, envs, seeds[: self.episodes], self.deterministic, rng)
         screen = time.perf_counter() - t0
-        if self.confirm is None or n == 0 or statistics.fmean(returns) < self.confirm[0]:
+        if self.confirm is None or statistics.fmean(returns) < self.confirm[0]:
             return returns, False, screen
         more = play_episodes(policy, envs, seeds[self.episodes :], self.deterministic, rng)
         return more, True, screen

@@ -94,15 +94,16 @@ class A3C(Algorithm):
         v, next_v = values[:-1], values[1:]  # after an episode end: V(final observation)
         r, term, ends = rollout.rewards, rollout.terminated, rollout.ends
         stats: dict[str, float] = {}
+        # the importance weights pi/mu: 1 where the parameters that learn are those that acted
+        log_rhos = logp.detach().numpy() - rollout.logp
+        if self.fresh_parameters and rollout.valid.any():
+            rhos = np.exp(log_rhos[rollout.valid])
+            stats = {"vtrace/rho_mean": float(rhos.mean()), "vtrace/rho_max": float(rhos.max())}
         if cfg.vtrace:
-            log_rhos = logp.detach().numpy() - rollout.logp
             lam = 1.0 if cfg.gae_lambda is None else cfg.gae_lambda
             returns, adv = vtrace(
                 r, v, next_v, term, ends, log_rhos, cfg.gamma, cfg.rho_bar, cfg.c_bar, lam
             )
-            rhos = np.exp(log_rhos[rollout.valid])
-            if rhos.size:
-                stats = {"vtrace/rho_mean": float(rhos.mean()), "vtrace/rho_max": float(rhos.max())}
         elif cfg.gae_lambda is None:
             returns = nstep_returns(r, next_v, term, ends, cfg.gamma, cfg.horizon, cfg.missing)
             adv = returns - v

@@ -87,11 +87,6 @@ class APPO(A3C):
         values_np = values.numpy()
         returns, adv, stats = self.targets(rollout, values_np, logp)
         valid = rollout.valid
-        log_rhos = (logp.numpy() - rollout.logp)[valid]
-        if log_rhos.size:
-            rhos = np.exp(log_rhos)
-            stats.setdefault("vtrace/rho_mean", float(rhos.mean()))
-            stats.setdefault("vtrace/rho_max", float(rhos.max()))
         var = returns[valid].var() if valid.any() else 0.0
         if var > 0:  # 1: the values explain the returns; 0: no better than their mean
             residual = (returns - values_np[:T])[valid].var()
