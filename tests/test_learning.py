@@ -24,13 +24,13 @@ def test_a3c_solves_cartpole(backend, run_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("algo", "backend", "vtrace"),
-    [("appo", "threads", False), ("appo", "processes", True), ("a3c", "threads", True)],
+    [("appo", "threads", False), ("appo", "processes", True)],
 )
 def test_beyond_the_paper_solves_cartpole(algo, backend, vtrace, run_dir):
     """APPO (several clipped passes a rollout, fresh parameters before each minibatch) and
     V-trace (learning at the parameters of now, corrected for the rollout's older ones).
-    Measured (2026-11-24): APPO seeds 0-2 on threads confirmed at 50k steps, kept models
-    492-500 over 100 new episodes."""
+    Measured (2026-11-24) on seeds 0-5 of each case: every run confirmed at 475 by 50k steps,
+    the kept models 492-500 over 100 new episodes."""
     summary = asyncrl.train(
         algo=algo, backend=backend, vtrace=vtrace, workers=2, seed=0, steps=1_000_000,
         run_dir=str(run_dir), progress=False,
@@ -43,6 +43,23 @@ def test_beyond_the_paper_solves_cartpole(algo, backend, vtrace, run_dir):
     assert {"vtrace_rho_mean", "vtrace_rho_max"} <= set(metrics) or not vtrace
     if algo == "appo":
         assert {"appo_approx_kl", "appo_clip_fraction", "train_explained_variance"} <= set(metrics)
+
+
+@pytest.mark.slow
+def test_a3c_with_vtrace_learns_cartpole(run_dir):
+    """A3C learning at the current global parameters, V-trace correcting for the rollout's
+    older ones. What holds on every seed is asserted: with 300k steps and no stop, seeds 0-5
+    (2026-11-24) kept models scoring 377-500 over 20 new episodes (random play: about 22). To a
+    confirmed 475 within 1M steps it went on 5 seeds of 6 (seed 3 not)."""
+    summary = asyncrl.train(
+        algo="a3c", vtrace=True, backend="threads", workers=2, seed=0, steps=300_000,
+        target_return=1e9, run_dir=str(run_dir), progress=False,
+    )  # fmt: skip
+    assert summary["best_eval_return"] >= 300, summary
+    returns = asyncrl.evaluate(run_dir, episodes=20, seed=10**6)
+    assert sum(returns) / len(returns) >= 300, returns
+    metrics = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"vtrace_rho_mean", "vtrace_rho_max"} <= set(metrics)
 
 
 @pytest.mark.slow
