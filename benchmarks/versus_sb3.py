@@ -5,9 +5,12 @@ seeds that reached the target, the medians and the ratio asyncrl / SB3.
 
     pip install -c constraints.txt "stable-baselines3>=2.3"
     python benchmarks/versus_sb3.py --env Pendulum-v1 --target -200 --seeds 5
+    python benchmarks/versus_sb3.py --env LunarLander-v3 --target 200 --sb3 ppo-defaults --seeds 3
 
-SB3 runs rl-baselines3-zoo's tuned PPO hyperparameters for the env (hyperparams/ppo.yml; only
-Pendulum-v1's are here) and stops when the mean of its last 100 training episodes reaches the
+SB3 runs rl-baselines3-zoo's tuned PPO hyperparameters for the env (``--sb3 ppo-zoo``, the
+default: hyperparams/ppo.yml; only Pendulum-v1's are here), or what a user who names nothing
+gets (``--sb3 ppo-defaults`` or ``a2c-defaults``: ``PPO("MlpPolicy", env)`` on one env, any env
+id), and stops when the mean of its last 100 training episodes reaches the
 target (SB3's ``Monitor`` episodes; rl-zoo's ``StopTrainingOnRewardThreshold`` reads an
 evaluation instead: the training mean is the lighter rule of the two). asyncrl runs the env's
 preset with its default stop rule, an evaluation of the greedy policy confirmed on 100 episodes
@@ -48,13 +51,14 @@ ZOO_PPO: dict[str, dict] = {
 # Runs in a process of its own: imports count in its time, as asyncrl's do.
 SB3_SCRIPT = r"""
 import json, sys, collections
-from stable_baselines3 import PPO
+from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
 env_id, seed, target, budget = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 hp = json.loads(sys.argv[5])
-n_envs = hp.pop("n_envs"); hp.pop("n_timesteps")
+algo = {"ppo": PPO, "a2c": A2C}[hp.pop("algo", "ppo")]
+n_envs = hp.pop("n_envs", 1); hp.pop("n_timesteps", None)
 
 class Stop(BaseCallback):
     def __init__(self):
@@ -72,15 +76,19 @@ class Stop(BaseCallback):
 
 stop = Stop()
 envs = make_vec_env(env_id, n_envs=n_envs, seed=seed)
-model = PPO("MlpPolicy", envs, seed=seed, device="cpu", **hp)
+model = algo("MlpPolicy", envs, seed=seed, device="cpu", **hp)
 model.learn(total_timesteps=budget, callback=stop)
 steps = stop.solved_at or model.num_timesteps
 print(json.dumps({"solved": stop.solved_at is not None, "steps": steps}))
 """
 
 
-def run_sb3(env: str, seed: int, target: float, budget: int) -> dict:
-    hp = dict(ZOO_PPO[env])
+#: what SB3 gives a user who names no hyperparameters (one env)
+SB3_DEFAULTS: dict[str, dict] = {"ppo-defaults": {"algo": "ppo"}, "a2c-defaults": {"algo": "a2c"}}
+
+
+def run_sb3(env: str, seed: int, target: float, budget: int, which: str = "ppo-zoo") -> dict:
+    hp = dict(ZOO_PPO[env]) if which == "ppo-zoo" else dict(SB3_DEFAULTS[which])
     cmd = [sys.executable, "-c", SB3_SCRIPT, env, str(seed), str(target), str(budget)]
     t0 = time.perf_counter()
     proc = subprocess.run([*cmd, json.dumps(hp)], capture_output=True, text=True)
@@ -93,12 +101,15 @@ def run_sb3(env: str, seed: int, target: float, budget: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--env", default="Pendulum-v1", choices=sorted(ZOO_PPO))
+    p.add_argument("--env", default="Pendulum-v1")
+    p.add_argument("--sb3", choices=["ppo-zoo", *SB3_DEFAULTS], default="ppo-zoo")
     p.add_argument("--target", type=float, default=-200.0)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--sb3-steps", type=int, default=1_000_000, help="SB3's budget")
     p.add_argument("extra", nargs="*", help="arguments for asyncrl train (after --)")
     args = p.parse_args()
+    if args.sb3 == "ppo-zoo" and args.env not in ZOO_PPO:
+        p.error(f"rl-zoo's PPO settings are here for {sorted(ZOO_PPO)}; try --sb3 ppo-defaults")
     ours, theirs = [], []
     with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
         for seed in range(args.seeds):
@@ -106,8 +117,8 @@ def main() -> None:
             s = run_train(seed, extra, Path(tmp))
             ours.append({"solved": s["solved"], "steps": s["solve_steps"] or s["total_steps"],
                          "seconds": s["process_seconds"]})  # fmt: skip
-            theirs.append(run_sb3(args.env, seed, args.target, args.sb3_steps))
-            for name, r in (("asyncrl", ours[-1]), ("SB3 PPO", theirs[-1])):
+            theirs.append(run_sb3(args.env, seed, args.target, args.sb3_steps, args.sb3))
+            for name, r in (("asyncrl", ours[-1]), ("SB3", theirs[-1])):
                 print(
                     f"seed {seed} {name:8s} {'solved' if r['solved'] else 'NOT solved'} "
                     f"in {r['seconds']:6.1f} s, {r['steps']:>9,} steps",
@@ -116,13 +127,18 @@ def main() -> None:
     med = {k: statistics.median(r["seconds"] for r in v) for k, v in (("a", ours), ("s", theirs))}
     print(
         f"\n{args.env} to {args.target:g}: asyncrl solved {sum(r['solved'] for r in ours)}/"
-        f"{args.seeds}, median {med['a']:.1f} s; SB3 PPO solved "
+        f"{args.seeds}, median {med['a']:.1f} s; SB3 ({args.sb3}) solved "
         f"{sum(r['solved'] for r in theirs)}/{args.seeds}, median {med['s']:.1f} s; "
         f"ratio asyncrl / SB3 = {med['a'] / med['s']:.2f}"
     )
     print(
         "command: python benchmarks/versus_sb3.py "
-        + shlex.join([f"--env={args.env}", f"--target={args.target:g}", f"--seeds={args.seeds}"])
+        + shlex.join(
+            [
+                *(f"--env={args.env}", f"--target={args.target:g}", f"--seeds={args.seeds}"),
+                *(f"--sb3={args.sb3}", f"--sb3-steps={args.sb3_steps}"),
+            ]
+        )
         + (" -- " + shlex.join(args.extra) if args.extra else "")
     )
 

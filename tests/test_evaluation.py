@@ -106,6 +106,34 @@ def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monk
     assert not set(calls[0]) & set(calls[1]) and calls[1] != calls[4]
 
 
+@pytest.mark.parametrize("stderrs, stops_at", [(1.0, 2), (0.0, 1)])
+def test_a_confirmation_counts_on_its_mean_less_its_standard_errors(
+    stderrs, stops_at, run_dir, monkeypatch
+):
+    """Target 100. The first confirmation averages 101 with a spread (half 91, half 111:
+    sample std 10 * sqrt(100/99), standard error about 1.005), so its mean less one standard error is
+    below 100: with --confirm-stderr 1 the run goes on and stops on the second (102 flat,
+    standard error 0); with 0 the first one's mean is enough."""
+    confirmations = [[91.0, 111.0] * 50, [102.0] * 100]
+    calls: list[int] = []
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None):
+        calls.append(len(seeds))
+        if len(seeds) == 10:
+            return [200.0] * 10  # every screen passes
+        return confirmations[min(sum(n == 100 for n in calls), 2) - 1]
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    summary = asyncrl.train(
+        backend="threads", target_return=100.0, confirm_stderr=stderrs, run_dir=str(run_dir),
+        **{**QUICK, "steps": 1_000_000},
+    )  # fmt: skip
+    evals = rows(run_dir)
+    assert summary["solved"] and len(evals) == stops_at
+    assert summary["solve_steps"] == int(evals[-1]["global_step"])
+    assert float(evals[0]["mean"]) == 101.0
+
+
 def test_no_confirmation_with_confirm_episodes_0(run_dir, monkeypatch):
     calls = []
 
@@ -208,6 +236,7 @@ def test_evaluation_seeds_differ_between_evaluations_and_repeat_with_the_seed():
         (["--eval-episodes", "0"], "--eval-episodes"),
         (["--eval-every", "-1"], "--eval-every"),
         (["--confirm-episodes", "-1"], "--confirm-episodes"),
+        (["--confirm-stderr", "-1"], "--confirm-stderr"),
         (["--algo", "nstep-q", "--eval-stochastic"], "--eval-stochastic"),
     ],
 )

@@ -103,6 +103,11 @@ class Config:
     --stop-on eval and the best model) on their mean alone: ten episodes are too few to tell a
     policy at the target from a lucky one (Gym's definition of solved is a mean over 100).
     0: no confirmation"""
+    confirm_stderr: float = 1.0
+    """--stop-on eval counts an evaluation as reaching the target when its mean less this many
+    standard errors of that mean does: a policy whose true mean sits at the target passes a
+    100-episode confirmation half the time, so a run that tries again and again would stop on a
+    lucky one (0: the mean alone)"""
     eval_stochastic: bool = False
     """A3C: evaluate the sampled policy instead of its mode (the greedy action)"""
     t_max: int = 8
@@ -337,6 +342,11 @@ class Config:
             self.confirm_episodes >= 0,
             "confirm-episodes",
             f"must be >= 0 (0: no confirmation), got {self.confirm_episodes}",
+        )
+        _need(
+            self.confirm_stderr >= 0,
+            "confirm-stderr",
+            f"must be >= 0 (0: the mean alone), got {self.confirm_stderr}",
         )
         _need(
             not self.eval_stochastic or self.algo in ("a3c", "appo"),

@@ -14,6 +14,7 @@ for the exploring episodes, and the best model kept.)
 
 from __future__ import annotations
 
+import math
 import queue
 import statistics
 import threading
@@ -60,6 +61,16 @@ class Evaluation:
     @property
     def std(self) -> float:
         return statistics.pstdev(self.returns)
+
+    @property
+    def stderr(self) -> float:
+        """The standard error of the mean (0 for a single episode)."""
+        n = len(self.returns)
+        return statistics.stdev(self.returns) / math.sqrt(n) if n > 1 else 0.0
+
+    def reaches(self, target: float, stderrs: float) -> bool:
+        """Whether the mean less ``stderrs`` standard errors is at or above ``target``."""
+        return self.mean - stderrs * self.stderr >= target
 
 
 class Evaluator:

@@ -308,7 +308,7 @@ class Supervisor:
         if (
             self.cfg.stop_on == "eval"
             and target is not None
-            and result.mean >= target
+            and result.reaches(target, self.cfg.confirm_stderr)
             and not self.monitor.solved
         ):
             self.monitor.mark_solved(result.global_step)

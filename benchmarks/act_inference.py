@@ -1,0 +1,165 @@
+"""Ways to run the Atari acting forward pass faster on this CPU (issue #28, item 1): the act
+forward of a worker's step, timed as the worker runs it (one core, the emulators stepping
+between calls so that they evict the network from the caches), in each variant:
+
+    python benchmarks/act_inference.py --seeds 3                  # Pong, the atari preset's sizes
+    python benchmarks/act_inference.py --env BreakoutNoFrameskip-v4 --envs 8
+
+- ``fp32``: today's path (float32, NCHW, ``torch.no_grad``);
+- ``channels_last``: the conv weights and input in NHWC, the layout oneDNN prefers;
+- ``bf16``: CPU autocast to bfloat16 (the CPU has AVX-512 BF16);
+- ``int8-fc``: the fully connected layer (2.6 MB of float32 weights, most of the network's
+  bytes) quantised to int8 with dynamic activation scales (``torch.ao`` dynamic quantisation,
+  fbgemm's VNNI kernels); the acting copy would be requantised after each pull;
+- ``mkldnn``: the convs and the fc converted to oneDNN's blocked layout
+  (``torch.utils.mkldnn.to_mkldnn``).
+
+Each variant's probabilities are compared with fp32's (the largest absolute difference), and
+the cost of requantising the fc (``int8-fc``) or converting (``mkldnn``) is timed: a worker pulls
+new parameters once per rollout (t_max steps), so that cost is paid once per t_max act calls.
+Prints the median over seeds of microseconds per act call and per agent step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torch.utils.mkldnn
+
+
+def variants(
+    model: torch.nn.Module,
+) -> dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[], object]]]:
+    """name -> (the act forward on a uint8 batch, the per-pull preparation it needs)."""
+    enc = model.encoder
+    head = model._policy
+
+    def fp32(x: torch.Tensor) -> torch.Tensor:
+        return head(enc(x))
+
+    cl = copy.deepcopy(enc).to(memory_format=torch.channels_last)
+
+    def channels_last(x: torch.Tensor) -> torch.Tensor:
+        y = (x.float() / 255.0).contiguous(memory_format=torch.channels_last)
+        for conv in cl.convs:
+            y = F.relu(conv(y))
+        return head(F.relu(cl.fc(y.flatten(1))))
+
+    def bf16(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return head(enc(x).float())
+
+    q: dict[str, torch.nn.Module] = {}
+
+    def quantise() -> None:
+        q["fc"] = torch.ao.quantization.quantize_dynamic(
+            torch.nn.Sequential(enc.fc), {torch.nn.Linear}, dtype=torch.qint8
+        )
+
+    quantise()
+
+    def int8_fc(x: torch.Tensor) -> torch.Tensor:
+        y = x.float() / 255.0
+        for conv in enc.convs:
+            y = F.relu(conv(y))
+        return head(F.relu(q["fc"](y.flatten(1))))
+
+    mk: dict[str, torch.nn.Module] = {}
+
+    def to_mkldnn() -> None:
+        mk["enc"] = torch.utils.mkldnn.to_mkldnn(copy.deepcopy(enc))
+
+    to_mkldnn()
+
+    def mkldnn(x: torch.Tensor) -> torch.Tensor:
+        y = (x.float() / 255.0).to_mkldnn()
+        m = mk["enc"]
+        for conv in m.convs:
+            y = torch.relu(conv(y))
+        y = y.to_dense().flatten(1)
+        return head(F.relu(enc.fc(y)))
+
+    return {
+        "fp32": (fp32, lambda: None),
+        "channels_last": (channels_last, lambda: cl.load_state_dict(enc.state_dict())),
+        "bf16": (bf16, lambda: None),
+        "int8-fc": (int8_fc, quantise),
+        "mkldnn": (mkldnn, to_mkldnn),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--env", default="PongNoFrameskip-v4")
+    ap.add_argument("--envs", type=int, default=None, help="games per worker (the preset's)")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=2000, help="act calls timed per variant")
+    args = ap.parse_args()
+
+    from asyncrl.algos import make_algorithm
+    from asyncrl.atari import make_atari_vec_env
+    from asyncrl.config import preset
+    from asyncrl.envs import probe_env
+    from asyncrl.models import build_model
+
+    torch.set_num_threads(1)
+    cfg = preset(None, env=args.env).validate()
+    B, T = args.envs or cfg.envs_per_worker, cfg.t_max
+    info = probe_env(cfg.env)
+    per: dict[str, list[float]] = {}
+    prep: dict[str, list[float]] = {}
+    diff: dict[str, float] = {}
+    for seed in range(args.seeds):
+        torch.manual_seed(seed)
+        model = build_model(make_algorithm(cfg, info).model_spec())
+        env = make_atari_vec_env(cfg.env, B, seed)
+        obs, _ = env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        n = int(env.single_action_space.n)  # type: ignore[attr-defined]
+        with torch.no_grad():
+            vs = variants(model)
+            ref = torch.softmax(vs["fp32"][0](torch.from_numpy(obs)), -1)
+            for name, (fwd, prepare) in vs.items():
+                p = torch.softmax(fwd(torch.from_numpy(obs)).float(), -1)
+                diff[name] = max(diff.get(name, 0.0), float((p - ref).abs().max()))
+                t0 = time.perf_counter()
+                for _ in range(20):
+                    prepare()
+                prep.setdefault(name, []).append((time.perf_counter() - t0) / 20)
+                spent = 0.0
+                for _ in range(args.steps):
+                    obs, *_ = env.step(rng.integers(n, size=B))  # evicts, as in a worker
+                    x = torch.from_numpy(obs)
+                    t0 = time.perf_counter()
+                    fwd(x)
+                    spent += time.perf_counter() - t0
+                per.setdefault(name, []).append(spent / args.steps)
+        env.close()
+    base = statistics.median(per["fp32"])
+    print(
+        f"\n{cfg.env}, batch {B} (one worker's games), t_max {T}, one core, "
+        f"median of {args.seeds} seeds:"
+    )
+    print(
+        "| variant | us per act call | us per agent step | vs fp32 "
+        "| per-pull cost / t_max, us per call | max prob diff |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name in per:
+        m = statistics.median(per[name])
+        pp = statistics.median(prep[name]) / T
+        print(
+            f"| {name} | {m * 1e6:,.0f} | {m / B * 1e6:,.0f} | {m / base:.2f}x | {pp * 1e6:,.0f} "
+            f"| {diff[name]:.1e} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
