@@ -54,6 +54,46 @@ class Task:
     #: a published or measured figure to read beside ours, with its source
     baseline: str = ""
     extras: tuple[str, ...] = field(default=(), compare=False)
+    #: (random, human) scores: the report adds the human-normalised score (score - random) /
+    #: (human - random) of the final evaluation
+    human: tuple[float, float] | None = None
+
+
+#: DQN Zoo's random and human scores (dqn_zoo/atari_data.py, from Mnih et al. 2015 and van
+#: Hasselt et al. 2016), for the paper's five games (Figure 1)
+ATARI_HUMAN = {
+    "BeamRider": (363.9, 16926.5),
+    "Breakout": (1.7, 30.5),
+    "Pong": (-20.7, 14.6),
+    "Qbert": (163.9, 13455.0),
+    "SpaceInvaders": (148.0, 1668.7),
+}
+
+#: the paper's A3C (16 CPU cores, Figure 1) read at 40M frames, as ray-project/rl-experiments
+#: reports it, and about one hour of training (Pong: 18 within about 2 hours)
+PAPER_A3C = {
+    "BeamRider": ("3,000", "1,000"),
+    "Breakout": ("150", "10"),
+    "Pong": ("20", "about -20"),
+    "Qbert": ("1,000", "500"),
+    "SpaceInvaders": ("600", "300"),
+}
+
+
+def atari_hour(game: str) -> Task:
+    """One of the paper's five games for 60 minutes on the atari preset (no stop rule: the
+    target is the paper's 16-core A3C at 40M frames, read by the report)."""
+    at_40m, at_1h = PAPER_A3C[game]
+    return Task(
+        f"{game}NoFrameskip-v4",
+        f"{game}NoFrameskip-v4",
+        float(at_40m.replace(",", "")),
+        ("--target-return", "1e9", "--steps", "100000000", "--eval-every", "1000000"),
+        eval_episodes=10,
+        baseline=f"paper's A3C, 16 cores: {at_40m} at 40M frames, {at_1h} after one hour",
+        extras=("timeout", "3600"),
+        human=ATARI_HUMAN[game],
+    )
 
 
 SUITES: dict[str, list[Task]] = {
@@ -131,6 +171,8 @@ SUITES: dict[str, list[Task]] = {
             extras=("timeout", "3600"),
         ),
     ],
+    # the paper's five games (Figure 1), an hour each on this machine: 5 hours a seed
+    "atari5": [atari_hour(g) for g in ("BeamRider", "Breakout", "Pong", "Qbert", "SpaceInvaders")],
 }
 
 
@@ -214,6 +256,7 @@ def run_one(task: Task, seed: int, out: Path) -> dict:
             "total_steps": summary["total_steps"],
             "frames_per_second": summary["frames_per_second"],
             "model": policy.source.name if policy.source else "model.pt",
+            "final_train_mean": summary.get("rolling_return"),
             "final_eval": statistics.fmean(returns),
             "final_eval_returns": returns,
             "curve_steps": grid.tolist(),
@@ -278,10 +321,14 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         t = statistics.median(r["solve_seconds"] for r in solved) if solved else None
         s = statistics.median(r["solve_steps"] for r in solved) if solved else None
         args = f" `{' '.join(task.args)}`" if task.args else ""
+        hns = ""
+        if task.human is not None:
+            rand, human = task.human
+            hns = f"; human-normalised {(statistics.median(finals) - rand) / (human - rand):.2f}"
         lines.append(
             f"| {task.name}{args} | {len(solved)} / {len(rs)} | {at_target} / {len(rs)} | "
             f"{fmt(statistics.median(finals))}, {fmt(iqm(np.asarray(finals)))} "
-            f"[{fmt(lo)}, {fmt(hi)}] | {fmt(t)} s | {fmt(s, 0)} | {task.baseline} |"
+            f"[{fmt(lo)}, {fmt(hi)}]{hns} | {fmt(t)} s | {fmt(s, 0)} | {task.baseline} |"
         )
         # learning curves: median and interquartile band across seeds on a common grid
         top = max(r["total_steps"] for r in rs)
@@ -316,15 +363,16 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "Per seed (final evaluation of the kept model; time and steps to the target where the "
         "run reported it solved):",
         "",
-        "| task | seed | solved | final evaluation | time to target | steps to target | "
-        "whole process | model |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | seed | solved | final evaluation | last 100 training episodes | time to target "
+        "| steps to target | whole process | model |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for task in tasks:
         for r in load_results(results, task):
             lines.append(
                 f"| {task.name} | {r['seed']} | {r['solved']} | {fmt(r['final_eval'])} | "
-                f"{fmt(r['solve_seconds'])} s | {fmt(r['solve_steps'], 0)} | "
+                f"{fmt(r.get('final_train_mean'))} | {fmt(r['solve_seconds'])} s | "
+                f"{fmt(r['solve_steps'], 0)} | "
                 f"{fmt(r['process_seconds'])} s | {r['model']} |"
             )
     md = out_dir / f"suite-{suite}.md"

@@ -61,3 +61,22 @@ def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatc
     assert ran[2:] == [("CartPole-v1", 1)]  # seed 0 was finished: not run again
     report = (tmp_path / "docs" / "suite-quick.md").read_text()
     assert "| CartPole-v1 | 2 / 2 | 2 / 2 | 500.0, 500.0 [500.0, 500.0] |" in report
+
+
+def test_the_report_gives_the_human_normalised_score(tmp_path):
+    """Pong's random and human scores are -20.7 and 14.6: a median of 14.6 is 1.00, of -3.05
+    is 0.50."""
+    task = next(t for t in suite.SUITES["atari5"] if t.name == "PongNoFrameskip-v4")
+    folder = tmp_path / "PongNoFrameskip-v4"
+    folder.mkdir()
+    for seed, final in enumerate([-3.05, -10.0, 14.6]):
+        r = {
+            "task": task.name, "seed": seed, "solved": False, "solve_seconds": None,
+            "solve_steps": None, "total_steps": 100, "process_seconds": 3600.0, "model": "x",
+            "final_eval": final, "final_train_mean": final - 1, "curve_steps": [0, 100],
+            "curve": [None, final],
+        }  # fmt: skip
+        (folder / f"seed-{seed}.json").write_text(suite.json.dumps(r))
+    report = suite.report("atari5", [task], tmp_path, 3, tmp_path / "docs").read_text()
+    assert "| 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
+    assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 |" in report
