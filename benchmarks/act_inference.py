@@ -11,13 +11,16 @@ between calls so that they evict the network from the caches), in each variant:
 - ``int8-fc``: the fully connected layer (2.6 MB of float32 weights, most of the network's
   bytes) quantised to int8 with dynamic activation scales (``torch.ao`` dynamic quantisation,
   fbgemm's VNNI kernels); the acting copy would be requantised after each pull;
+- ``bf16-fc``: the fc's weights kept in bfloat16 (1.3 MB), converted once per pull;
 - ``mkldnn``: the convs and the fc converted to oneDNN's blocked layout
   (``torch.utils.mkldnn.to_mkldnn``).
 
 Each variant's probabilities are compared with fp32's (the largest absolute difference), and
 the cost of requantising the fc (``int8-fc``) or converting (``mkldnn``) is timed: a worker pulls
 new parameters once per rollout (t_max steps), so that cost is paid once per t_max act calls.
-Prints the median over seeds of microseconds per act call and per agent step.
+Prints the median over seeds of microseconds per act call and per agent step. Then the idea of
+reusing the acting forward pass in the loss (its graph kept, no second forward), timed against
+today's way over whole rollouts.
 """
 
 from __future__ import annotations
@@ -71,6 +74,20 @@ def variants(
             y = F.relu(conv(y))
         return head(F.relu(q["fc"](y.flatten(1))))
 
+    bf: dict[str, torch.Tensor] = {}
+
+    def to_bf16() -> None:
+        bf["w"], bf["b"] = enc.fc.weight.to(torch.bfloat16), enc.fc.bias.to(torch.bfloat16)
+
+    to_bf16()
+
+    def bf16_fc(x: torch.Tensor) -> torch.Tensor:
+        y = x.float() / 255.0
+        for conv in enc.convs:
+            y = F.relu(conv(y))
+        y = F.linear(y.flatten(1).to(torch.bfloat16), bf["w"], bf["b"])
+        return head(F.relu(y.float()))
+
     mk: dict[str, torch.nn.Module] = {}
 
     def to_mkldnn() -> None:
@@ -91,8 +108,49 @@ def variants(
         "channels_last": (channels_last, lambda: cl.load_state_dict(enc.state_dict())),
         "bf16": (bf16, lambda: None),
         "int8-fc": (int8_fc, quantise),
+        "bf16-fc": (bf16_fc, to_bf16),
         "mkldnn": (mkldnn, to_mkldnn),
     }
+
+
+def reuse(model: torch.nn.Module, env, obs, T: int, B: int, rounds: int, rng) -> dict[str, float]:
+    """Seconds of network work per agent step (env steps left out) of a rollout done two ways:
+    today's (act without gradient, then one batched forward and backward over the T x B rows)
+    and the acting forward kept with its graph and reused by the loss (no second forward; the
+    backward runs through T graphs of B rows each). The loss stands in for A3C's: the policy's
+    log-probabilities and a value head, summed."""
+    enc, head = model.encoder, model._policy
+    value = torch.nn.Linear(enc.out_dim, 1)
+    n = int(env.single_action_space.n)
+    out = {"today": 0.0, "reuse": 0.0}
+    for r in range(2 * rounds):
+        way = "today" if r % 2 == 0 else "reuse"
+        spent, frames = 0.0, []
+        kept = []
+        for _ in range(T):
+            obs, *_ = env.step(rng.integers(n, size=B))
+            x = torch.from_numpy(obs)
+            frames.append(x)
+            t0 = time.perf_counter()
+            if way == "today":
+                with torch.no_grad():
+                    torch.softmax(head(enc(x)), -1)
+            else:
+                h = enc(x)
+                torch.softmax(head(h.detach()), -1)
+                kept.append(h)
+            spent += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        value.zero_grad(set_to_none=True)
+        h = enc(torch.stack(frames).flatten(0, 1)) if way == "today" else torch.cat(kept)
+        with torch.no_grad():
+            enc(torch.from_numpy(obs))  # the bootstrap row
+        loss = torch.log_softmax(head(h), -1).sum() + value(h).sum()
+        loss.backward()
+        spent += time.perf_counter() - t0
+        out[way] += spent / (T * B) / rounds
+    return out
 
 
 def main() -> None:
@@ -101,6 +159,7 @@ def main() -> None:
     ap.add_argument("--envs", type=int, default=None, help="games per worker (the preset's)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2000, help="act calls timed per variant")
+    ap.add_argument("--rounds", type=int, default=50, help="rollouts timed each way (reuse)")
     args = ap.parse_args()
 
     from asyncrl.algos import make_algorithm
@@ -116,6 +175,7 @@ def main() -> None:
     per: dict[str, list[float]] = {}
     prep: dict[str, list[float]] = {}
     diff: dict[str, float] = {}
+    ways: dict[str, list[float]] = {"today": [], "reuse": []}
     for seed in range(args.seeds):
         torch.manual_seed(seed)
         model = build_model(make_algorithm(cfg, info).model_spec())
@@ -141,6 +201,8 @@ def main() -> None:
                     fwd(x)
                     spent += time.perf_counter() - t0
                 per.setdefault(name, []).append(spent / args.steps)
+        for way, v in reuse(model, env, obs, T, B, args.rounds, rng).items():
+            ways[way].append(v)
         env.close()
     base = statistics.median(per["fp32"])
     print(
@@ -159,6 +221,13 @@ def main() -> None:
             f"| {name} | {m * 1e6:,.0f} | {m / B * 1e6:,.0f} | {m / base:.2f}x | {pp * 1e6:,.0f} "
             f"| {diff[name]:.1e} |"
         )
+
+    t, r = statistics.median(ways["today"]), statistics.median(ways["reuse"])
+    print(
+        f"\nnetwork work per agent step over a rollout of {T} x {B}: today's {t * 1e6:,.0f} us "
+        f"(act, then a batched forward and backward); the acting forward reused by the loss "
+        f"{r * 1e6:,.0f} us ({r / t:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -110,8 +110,8 @@ def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monk
 def test_a_confirmation_counts_on_its_mean_less_its_standard_errors(
     stderrs, stops_at, run_dir, monkeypatch
 ):
-    """Target 100. The first confirmation averages 101 with a spread (half 91, half 111:
-    sample std 10 * sqrt(100/99), standard error about 1.005), so its mean less one standard error is
+    """Target 100. The first confirmation averages 101 with a spread (half 91, half 111: sample
+    std 10 * sqrt(100/99), standard error about 1.005), so its mean less one standard error is
     below 100: with --confirm-stderr 1 the run goes on and stops on the second (102 flat,
     standard error 0); with 0 the first one's mean is enough."""
     confirmations = [[91.0, 111.0] * 50, [102.0] * 100]

@@ -7,9 +7,9 @@ import asyncrl
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["threads", "processes"])
-def test_a3c_solves_cartpole(backend, run_dir):
+def test_a3c_solves_cartpole(backend, run_dir, seed):
     summary = asyncrl.train(
-        backend=backend, workers=2, seed=0, steps=1_000_000, run_dir=str(run_dir), progress=False
+        backend=backend, workers=2, seed=seed, steps=1_000_000, run_dir=str(run_dir), progress=False
     )
     assert summary["solved"], summary
     assert summary["solve_steps"] <= summary["total_steps"] < 1_000_000
@@ -26,13 +26,13 @@ def test_a3c_solves_cartpole(backend, run_dir):
     ("algo", "backend", "vtrace"),
     [("appo", "threads", False), ("appo", "processes", True)],
 )
-def test_beyond_the_paper_solves_cartpole(algo, backend, vtrace, run_dir):
+def test_beyond_the_paper_solves_cartpole(algo, backend, vtrace, run_dir, seed):
     """APPO (several clipped passes a rollout, fresh parameters before each minibatch) and
     V-trace (learning at the parameters of now, corrected for the rollout's older ones).
     Measured (2026-11-24) on seeds 0-5 of each case: every run confirmed at 475 by 50k steps,
     the kept models 492-500 over 100 new episodes."""
     summary = asyncrl.train(
-        algo=algo, backend=backend, vtrace=vtrace, workers=2, seed=0, steps=1_000_000,
+        algo=algo, backend=backend, vtrace=vtrace, workers=2, seed=seed, steps=1_000_000,
         run_dir=str(run_dir), progress=False,
     )  # fmt: skip
     assert summary["solved"], summary
@@ -46,13 +46,13 @@ def test_beyond_the_paper_solves_cartpole(algo, backend, vtrace, run_dir):
 
 
 @pytest.mark.slow
-def test_a3c_with_vtrace_learns_cartpole(run_dir):
+def test_a3c_with_vtrace_learns_cartpole(run_dir, seed):
     """A3C learning at the current global parameters, V-trace correcting for the rollout's
     older ones. What holds on every seed is asserted: with 300k steps and no stop, seeds 0-5
     (2026-11-24) kept models scoring 377-500 over 20 new episodes (random play: about 22). To a
     confirmed 475 within 1M steps it went on 5 seeds of 6 (seed 3 not)."""
     summary = asyncrl.train(
-        algo="a3c", vtrace=True, backend="threads", workers=2, seed=0, steps=300_000,
+        algo="a3c", vtrace=True, backend="threads", workers=2, seed=seed, steps=300_000,
         target_return=1e9, run_dir=str(run_dir), progress=False,
     )  # fmt: skip
     assert summary["best_eval_return"] >= 300, summary
@@ -63,13 +63,13 @@ def test_a3c_with_vtrace_learns_cartpole(run_dir):
 
 
 @pytest.mark.slow
-def test_paper_preset_learns(run_dir):
+def test_paper_preset_learns(run_dir, seed):
     """The paper's setting (one env per worker, t_max 5, shared trunk, RMSProp eps 0.1) learns,
     if more slowly: the mean return of 100 episodes passes 195 (CartPole-v0's threshold)."""
     cfg = asyncrl.preset(
         "paper",
         workers=2,
-        seed=0,
+        seed=seed,
         steps=400_000,
         target_return=195.0,
         run_dir=str(run_dir),
@@ -81,12 +81,12 @@ def test_paper_preset_learns(run_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["threads", "processes"])
-def test_nstep_q_solves_cartpole(backend, run_dir):
+def test_nstep_q_solves_cartpole(backend, run_dir, seed):
     summary = asyncrl.train(
         algo="nstep-q",
         backend=backend,
         workers=2,
-        seed=0,
+        seed=seed,
         steps=1_000_000,
         run_dir=str(run_dir),
         progress=False,
@@ -95,7 +95,7 @@ def test_nstep_q_solves_cartpole(backend, run_dir):
 
 
 @pytest.mark.slow
-def test_nstep_q_greedy_policy_is_what_eval_uses(run_dir):
+def test_nstep_q_greedy_policy_is_what_eval_uses(run_dir, seed):
     """`asyncrl eval` plays the greedy policy of the final Q-network. One worker on the threads
     backend is bit-for-bit reproducible, so this checks a fixed outcome: with Hogwild workers
     the stop rule judges epsilon-greedy episodes that span many updates, and the final greedy
@@ -104,7 +104,7 @@ def test_nstep_q_greedy_policy_is_what_eval_uses(run_dir):
         algo="nstep-q",
         backend="threads",
         workers=1,
-        seed=0,
+        seed=seed,
         steps=1_000_000,
         run_dir=str(run_dir),
         progress=False,
@@ -116,11 +116,11 @@ def test_nstep_q_greedy_policy_is_what_eval_uses(run_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["onestep-q", "onestep-sarsa"])
-def test_one_step_methods_pass_195_within_a_million_steps(algo, run_dir):
+def test_one_step_methods_pass_195_within_a_million_steps(algo, run_dir, seed):
     summary = asyncrl.train(
         algo=algo,
         workers=2,
-        seed=0,
+        seed=seed,
         steps=1_000_000,
         target_return=195.0,
         run_dir=str(run_dir),
@@ -130,7 +130,7 @@ def test_one_step_methods_pass_195_within_a_million_steps(algo, run_dir):
 
 
 @pytest.mark.slow
-def test_a3c_learns_minatar_breakout_from_pixels(run_dir):
+def test_a3c_learns_minatar_breakout_from_pixels(run_dir, seed):
     """The pixel learning test CI can afford: MinAtar's 10x10 Breakout (bool frames, MinAtar's
     conv net, --preset minatar). A random policy scores about 0.5 a game; with one worker on
     threads (reproducible) the rolling mean of 100 games passes 3 near 100k steps."""
@@ -139,7 +139,7 @@ def test_a3c_learns_minatar_breakout_from_pixels(run_dir):
         env="MinAtar/Breakout-v1",
         backend="threads",
         workers=1,
-        seed=0,
+        seed=seed,
         steps=600_000,
         target_return=3.0,
         run_dir=str(run_dir),
@@ -151,17 +151,16 @@ def test_a3c_learns_minatar_breakout_from_pixels(run_dir):
 
 
 @pytest.mark.slow
-def test_without_memory_velocity_free_cartpole_is_out_of_reach(run_dir):
+def test_without_memory_velocity_free_cartpole_is_out_of_reach(run_dir, seed):
     """The control for the recurrent test below: CartPole with the velocities removed
     (positions only) keeps a feed-forward agent near 40 (its best without velocities)."""
-    mlp = asyncrl.train(target_return=300.0, run_dir=str(run_dir), **NO_VELOCITY)
+    mlp = asyncrl.train(target_return=300.0, run_dir=str(run_dir), seed=seed, **NO_VELOCITY)
     assert not mlp["solved"] and mlp["rolling_return"] < 100, mlp
 
 
 NO_VELOCITY = dict(
     env="tests.envs_for_tests:asyncrl-test/CartPoleNoVelocity-v1",
     workers=2,
-    seed=0,
     steps=1_500_000,
     progress=False,
 )
@@ -169,12 +168,12 @@ NO_VELOCITY = dict(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("core", ["lstm", "gru"])
-def test_a_recurrent_agent_remembers_what_an_mlp_cannot_see(core, run_dir):
+def test_a_recurrent_agent_remembers_what_an_mlp_cannot_see(core, run_dir, seed):
     """On velocity-free CartPole a recurrent core must infer the velocities from memory: an
     evaluation of its parameters passes 300, where the MLP stays near 40. Measured on seeds 0-4
     with 2 Hogwild workers (2026-11-23): the LSTM in 150k-816k env steps, the GRU in 414k-1.32M
     (5 of 5 each), and one GRU run of seed 0 not by 1.5M; hence 2.5M (a solved run stops)."""
-    cfg = {**NO_VELOCITY, "steps": 2_500_000}
+    cfg = {**NO_VELOCITY, "seed": seed, "steps": 2_500_000}
     summary = asyncrl.train(core=core, target_return=300.0, run_dir=str(run_dir), **cfg)
     assert summary["solved"], summary
     returns = asyncrl.evaluate(run_dir, episodes=5)  # Policy keeps and resets the state
@@ -182,7 +181,7 @@ def test_a_recurrent_agent_remembers_what_an_mlp_cannot_see(core, run_dir):
 
 
 @pytest.mark.slow
-def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir):
+def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     """Box actions: APPO with the control preset (picked from the env) takes Pendulum-v1 from
     random play (about -1,200) towards -200. What holds on every seed is asserted, not a solve:
     measured on seeds 0-5 with 2 workers, 300k steps (2026-11-24), the best evaluation was
@@ -190,7 +189,7 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir):
     episodes. (A3C's fixed one-worker seed this test used before reached -200 on 1 seed in 3:
     a coin toss on another machine.)"""
     summary = asyncrl.train(
-        env="Pendulum-v1", algo="appo", workers=2, seed=0, steps=300_000,
+        env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=300_000,
         target_return=-200.0, run_dir=str(run_dir), progress=False,
     )  # fmt: skip
     assert summary["best_eval_return"] >= -300, summary
