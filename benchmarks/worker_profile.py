@@ -9,6 +9,8 @@ counters) is "other". Median share over N seeds.
     python benchmarks/worker_profile.py --seeds 3
     python benchmarks/worker_profile.py --seeds 3 --algo nstep-q
     python benchmarks/worker_profile.py --seeds 3 --env PongNoFrameskip-v4 --steps 20000
+    python benchmarks/worker_profile.py --seeds 1 --env PongNoFrameskip-v4 --algo appo \
+        --steps 20000 envs_per_worker=8 t_max=128
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def profile(cfg: Config) -> tuple[collections.Counter, float]:
     w.algo.loss = timed(w.algo.loss, "loss (forward over the rollout)", acc)
     store.pull = timed(store.pull, "pull parameters", acc)
     store.push = timed(store.push, "optimizer step (push)", acc)
+    store.refresh = timed(store.refresh, "refresh parameters (APPO, V-trace)", acc)
     backward = torch.Tensor.backward
     torch.Tensor.backward = timed(backward, "backward", acc)  # type: ignore[method-assign]
     grad_fn = worker_mod.flat_grad

@@ -215,13 +215,16 @@ def build_encoder(spec: ModelSpec, norm: ObsNormalizer | None = None) -> MLPEnco
 
 
 def encode_rollout(
-    encode: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor
+    encode: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, bootstrap: bool = True
 ) -> torch.Tensor:
     """Features ``(T+1, B, d)`` of a rollout's observations ``(T+1, B, ...)`` in one batched
     pass. The last row (the observation after the last step) is only ever a target -- a
     bootstrap value, or a Q value nobody learns from -- so it is encoded without gradient:
-    no backward pass over it (on Atari at t_max 5 that was a sixth of the backward pass)."""
+    no backward pass over it (on Atari at t_max 5 that was a sixth of the backward pass).
+    ``bootstrap=False``: rows that are all learnt from, every one with gradient."""
     T1, B = obs.shape[:2]
+    if not bootstrap:
+        return encode(obs.flatten(0, 1)).unflatten(0, (T1, B))
     flat = obs.flatten(0, 1)
     n = (T1 - 1) * B
     x = encode(flat[:n])
@@ -420,9 +423,11 @@ class Network(nn.Module):
         """The core's state for ``batch`` envs at the start of their episodes (may be empty)."""
         return self.core.initial_state(batch)
 
-    def _features(self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor):
+    def _features(
+        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor, bootstrap: bool = True
+    ):
         """The core's outputs ``(T+1, B, d)`` over a rollout, from its start state."""
-        return self.core.unroll(encode_rollout(self._encode, obs), state, first)[0]
+        return self.core.unroll(encode_rollout(self._encode, obs, bootstrap), state, first)[0]
 
 
 def _rename_legacy_keys(
@@ -489,13 +494,14 @@ class ActorCritic(Network):
         return self._policy(h), state
 
     def unroll(
-        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor, bootstrap: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A rollout's observations ``(T+1, B, ...)`` from the core's state at its start:
         distribution parameters ``(T+1, B, ...)`` and values ``(T+1, B)``; the last row is a
-        target, computed without gradient through the encoder (:func:`encode_rollout`)."""
-        h = self._features(obs, state, first)
-        hv = h if self.shared_trunk else encode_rollout(self.v_body.forward, obs)
+        target, computed without gradient through the encoder (:func:`encode_rollout`), unless
+        ``bootstrap=False`` (a batch of transitions, every row learnt from)."""
+        h = self._features(obs, state, first, bootstrap)
+        hv = h if self.shared_trunk else encode_rollout(self.v_body.forward, obs, bootstrap)
         v = F.linear(hv, self.v_head.weight, self.v_head.bias).squeeze(-1)
         return self._policy(h), v
 

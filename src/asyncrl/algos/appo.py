@@ -106,9 +106,8 @@ class APPO(A3C):
         if first_call:  # at the parameters of the first minibatch, pulled just before it
             prepared.append(self.prepare(model, rollout))
         returns, adv, old_v, stats = prepared[0]
-        params, values = self.unroll_minibatch(model, rollout, times, envs)
-        dist = model.distribution(params[:-1])
-        v = values[:-1]
+        params, v = self.unroll_minibatch(model, rollout, times, envs)
+        dist = model.distribution(params)
         logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
         mask = torch.from_numpy(rollout.valid[times, envs]).float()
         n = float(times.size)  # a mean over the minibatch's transitions
@@ -143,16 +142,17 @@ class APPO(A3C):
     def unroll_minibatch(
         self, model: Any, rollout: Rollout, times: np.ndarray, envs: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The network over a minibatch's sequences, ``(L+1, n, ...)`` with the observation
-        after each sequence's last step as the bootstrap row; from the core's state at the
-        rollout's start (whole sequences) or none (single transitions, a stateless core)."""
+        """The network's distribution parameters and values ``(L, n, ...)`` over a minibatch's
+        sequences: from the core's state at the rollout's start (whole sequences; the
+        bootstrap row the unroll adds is dropped) or none (single transitions, a stateless
+        core: their observations alone, no bootstrap row, which the targets computed before
+        the first minibatch already used)."""
         if times.shape[0] == rollout.t_max:
-            return self.unroll(model, rollout, envs[0])
-        rows = np.concatenate([times, times[-1:] + 1])
-        cols = np.concatenate([envs, envs[-1:]])
-        obs = torch.from_numpy(rollout.obs[rows, cols])
-        first = torch.from_numpy(rollout.first[rows, cols])
-        return model.unroll(obs, model.initial_state(envs.shape[1]), first)
+            params, values = self.unroll(model, rollout, envs[0])
+            return params[:-1], values[:-1]
+        obs = torch.from_numpy(rollout.obs[times, envs])
+        first = torch.from_numpy(rollout.first[times, envs])
+        return model.unroll(obs, model.initial_state(envs.shape[1]), first, bootstrap=False)
 
     def loss(self, model, rollout: Rollout, target_model=None):
         """One pass of one minibatch holding the whole rollout (for callers that want one
