@@ -77,6 +77,13 @@ def test_train_writes_a_complete_run_directory(run_dir, capsys):
     assert (elsewhere / "metrics.png").read_bytes() == b"somebody else's"
     for name in ("curve.png", "curve_metrics.png"):
         assert (elsewhere / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # several runs: one figure, at the path --out names (there is no default for it)
+    capsys.readouterr()
+    assert main(["plot", str(run_dir), str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and len(err.splitlines()) == 1
+    assert main(["plot", str(run_dir), str(run_dir), "--out", str(elsewhere / "both.png")]) == 0
+    assert (elsewhere / "both.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_metrics_csv_holds_the_learners_diagnostics(run_dir):

@@ -106,9 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _debug(e)
 
-    pl = sub.add_parser("plot", help="PNG learning curve of a run")
-    pl.add_argument("run_dir", metavar="RUN_DIR")
-    pl.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/learning_curve.png)")
+    pl = sub.add_parser("plot", help="PNG learning curve of a run, or of several side by side")
+    pl.add_argument("run_dir", metavar="RUN_DIR", nargs="+")
+    pl.add_argument(
+        "--out",
+        default=None,
+        help="output PNG (default: RUN_DIR/learning_curve.png; needed for several runs)",
+    )
     pl.add_argument("--window", type=int, default=100, help="rolling-mean window (default: 100)")
     _debug(pl)
     return p
@@ -207,11 +211,16 @@ def _eval(ns: argparse.Namespace) -> int:
 
 
 def _plot(ns: argparse.Namespace) -> int:
-    from asyncrl.plot import metrics_path, plot_run
+    from asyncrl.plot import metrics_path, plot_run, plot_runs
 
     if ns.window < 1:
         raise UserError(f"--window: must be >= 1, got {ns.window}")
-    path = plot_run(ns.run_dir, ns.out, ns.window)
+    if len(ns.run_dir) > 1:
+        if ns.out is None:
+            raise UserError("--out: several runs make one figure; name its file (--out runs.png)")
+        print(plot_runs(ns.run_dir, ns.out, ns.window))
+        return 0
+    path = plot_run(ns.run_dir[0], ns.out, ns.window)
     print(path)
     if metrics_path(path).is_file():
         print(metrics_path(path))

@@ -109,6 +109,45 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 1
     return path
 
 
+def plot_runs(run_dirs: list[str | Path], out: str | Path, window: int = 100) -> Path:
+    """Several runs in one figure (seeds or settings side by side): each run's mean of the
+    last ``window`` episodes, and its evaluations as markers of the same colour, against env
+    steps (emulator frames on Atari) and against wall time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    # emulator frames where every run counts them (Atari), env steps otherwise
+    frames = all(frames_per_step(r) > 1 for r in run_dirs)
+    for i, run_dir in enumerate(run_dirs):
+        data = read_episodes(run_dir)
+        if not data["return"]:
+            raise UserError(f"{run_dir}/episodes.csv holds no finished episode yet; leave it out")
+        per_step = frames_per_step(run_dir) if frames else 1
+        evals = read_evaluations(run_dir)
+        smooth = rolling_mean(data["return"], window)
+        color = f"C{i % 10}"
+        for ax, key in ((axes[0], "global_step"), (axes[1], "wall_seconds")):
+            scale = per_step if key == "global_step" else 1
+            ax.plot([x * scale for x in data[key]], smooth, lw=2, color=color,
+                    label=Path(run_dir).name)  # fmt: skip
+            if evals["mean"]:
+                ax.plot([x * scale for x in evals[key]], evals["mean"], "o", ms=4, color=color)
+    axes[0].set_xlabel("emulator frames" if frames else "env steps")
+    axes[1].set_xlabel("wall time (s)")
+    axes[0].set_ylabel(f"mean of last {window} episodes (dots: evaluations)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = Path(out)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def metrics_path(curve: Path) -> Path:
     """Where the diagnostics go: ``metrics.png`` beside the default learning curve, and
     ``NAME_metrics.png`` beside one that ``--out`` names, so that plotting into a shared folder
