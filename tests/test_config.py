@@ -53,6 +53,20 @@ def test_the_paper_preset_counts_the_papers_frames_on_atari():
     assert preset("paper", env="PongNoFrameskip-v4", target_update=500).target_update == 500
 
 
+def test_appo_puts_ppos_setting_over_the_envs_preset():
+    """--algo appo layers PPO's optimiser over the env's preset, and the preset's own APPO
+    shape on top (Atari: PPO's Atari setting); the A3C preset underneath is untouched."""
+    pytest.importorskip("ale_py")
+    pong = preset(None, env="PongNoFrameskip-v4", algo="appo")
+    assert (pong.envs_per_worker, pong.t_max, pong.epochs, pong.minibatches) == (8, 128, 4, 4)
+    assert (pong.clip, pong.lr, pong.optimizer, pong.eps) == (0.1, 2.5e-4, "adam", 1e-5)
+    assert pong.entropy_coef == 0.01 and pong.value_coef == 0.25  # the atari preset's
+    a3c = preset(None, env="PongNoFrameskip-v4")
+    assert (a3c.envs_per_worker, a3c.t_max, a3c.lr, a3c.optimizer) == (4, 20, 1.4e-3, "rmsprop")
+    # what the user gives wins over both layers
+    assert preset(None, env="PongNoFrameskip-v4", algo="appo", t_max=64).t_max == 64
+
+
 QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-progress"]
 
 
