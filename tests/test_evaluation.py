@@ -106,14 +106,14 @@ def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monk
     assert not set(calls[0]) & set(calls[1]) and calls[1] != calls[4]
 
 
-@pytest.mark.parametrize("stderrs, stops_at", [(1.0, 2), (0.0, 1)])
+@pytest.mark.parametrize("stderrs, stops_at", [(1.0, 2), (0.0, 1), (None, 2)])
 def test_a_confirmation_counts_on_its_mean_less_its_standard_errors(
     stderrs, stops_at, run_dir, monkeypatch
 ):
     """Target 100. The first confirmation averages 101 with a spread (half 91, half 111: sample
     std 10 * sqrt(100/99), standard error about 1.005), so its mean less one standard error is
-    below 100: with --confirm-stderr 1 the run goes on and stops on the second (102 flat,
-    standard error 0); with 0 the first one's mean is enough."""
+    below 100: with --confirm-stderr 1 (or the default, 2) the run goes on and stops on the
+    second (102 flat, standard error 0); with 0 the first one's mean is enough."""
     confirmations = [[91.0, 111.0] * 50, [102.0] * 100]
     calls: list[int] = []
 
@@ -124,9 +124,10 @@ def test_a_confirmation_counts_on_its_mean_less_its_standard_errors(
         return confirmations[min(sum(n == 100 for n in calls), 2) - 1]
 
     monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    given = {} if stderrs is None else {"confirm_stderr": stderrs}
     summary = asyncrl.train(
-        backend="threads", target_return=100.0, confirm_stderr=stderrs, run_dir=str(run_dir),
-        **{**QUICK, "steps": 1_000_000},
+        backend="threads", target_return=100.0, run_dir=str(run_dir),
+        **{**QUICK, "steps": 1_000_000, **given},
     )  # fmt: skip
     evals = rows(run_dir)
     assert summary["solved"] and len(evals) == stops_at

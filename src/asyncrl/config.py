@@ -103,11 +103,11 @@ class Config:
     --stop-on eval and the best model) on their mean alone: ten episodes are too few to tell a
     policy at the target from a lucky one (Gym's definition of solved is a mean over 100).
     0: no confirmation"""
-    confirm_stderr: float = 1.0
+    confirm_stderr: float = 2.0
     """--stop-on eval counts an evaluation as reaching the target when its mean less this many
     standard errors of that mean does: a policy whose true mean sits at the target passes a
     100-episode confirmation half the time, so a run that tries again and again would stop on a
-    lucky one (0: the mean alone)"""
+    lucky one (0: the mean alone; 2: about a 2% chance of that per try)"""
     eval_stochastic: bool = False
     """A3C: evaluate the sampled policy instead of its mode (the greedy action)"""
     t_max: int = 8
