@@ -133,6 +133,39 @@ SUITES: dict[str, list[Task]] = {
             baseline="the A3C row above",
         ),
     ],
+    # Gymnasium's classic-control and Box2D tasks with no preset of their own, on the defaults
+    # their action space picks (issue #26: they must learn what SB3's defaults learn)
+    "classic": [
+        Task(
+            "LunarLander-v3",
+            "LunarLander-v3",
+            200.0,
+            ("--steps", "3000000"),
+            baseline="SB3 PPO defaults: see docs/benchmarks.md (versus_sb3.py --sb3 ppo-defaults)",
+        ),
+        Task(
+            "MountainCar-v0",
+            "MountainCar-v0",
+            -110.0,
+            ("--steps", "2000000"),
+            baseline="SB3 PPO and A2C defaults do not learn it (rl-zoo tunes it: 16 envs, "
+            "normalised observations)",
+        ),
+        Task(
+            "MountainCarContinuous-v0",
+            "MountainCarContinuous-v0",
+            90.0,
+            ("--steps", "1000000"),
+            baseline="SB3 PPO defaults do not learn it (rl-zoo: gSDE)",
+        ),
+        Task(
+            "LunarLanderContinuous-v3",
+            "LunarLander-v3",
+            200.0,
+            ("--env-kwargs", "continuous=true", "--steps", "3000000"),
+            baseline="rl-zoo PPO: 200+ at 1M steps (tuned)",
+        ),
+    ],
     "mujoco": [
         Task(
             "HalfCheetah-v5",
