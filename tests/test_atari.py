@@ -339,12 +339,13 @@ def test_a_short_pong_run_checkpoints_and_resumes(backend, run_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["a3c", "nstep-q", "onestep-q", "onestep-sarsa"])
+@pytest.mark.parametrize("algo", ["a3c", "nstep-q", "onestep-q", "onestep-sarsa", "appo"])
 def test_each_of_the_papers_methods_trains_on_an_atari_game(algo, run_dir):
     import asyncrl
 
     # the preset's settings (epsilon schedule, target network) on the paper's conv net, the
-    # Q methods with Q heads on the same body; a few hundred steps through the real emulators
+    # Q methods with Q heads on the same body, APPO with PPO's Atari setting (128-step
+    # rollouts: 2 of them here); a few hundred steps through the real emulators
     summary = asyncrl.train(
         env="PongNoFrameskip-v4",
         algo=algo,
@@ -358,7 +359,7 @@ def test_each_of_the_papers_methods_trains_on_an_atari_game(algo, run_dir):
     assert summary["ended"] == "budget" and summary["nonfinite_updates"] == 0
     assert summary["total_steps"] >= 400 and summary["total_frames"] == 4 * summary["total_steps"]
     policy = asyncrl.load(run_dir)
-    assert policy.spec.kind == ("actor-critic" if algo == "a3c" else "q")
+    assert policy.spec.kind == ("actor-critic" if algo in ("a3c", "appo") else "q")
     assert policy.spec.encoder == "a3c" and policy.spec.obs_dtype == "uint8"
     obs = np.zeros((4, 84, 84), np.uint8)
     assert policy.act(obs) in range(6)  # Pong's minimal action set

@@ -65,7 +65,9 @@ def test_a3c_with_vtrace_learns_cartpole(run_dir, seed):
 @pytest.mark.slow
 def test_paper_preset_learns(run_dir, seed):
     """The paper's setting (one env per worker, t_max 5, shared trunk, RMSProp eps 0.1) learns,
-    if more slowly: the mean return of 100 episodes passes 195 (CartPole-v0's threshold)."""
+    if more slowly: the mean return of 100 episodes passes 195 (CartPole-v0's threshold).
+    Measured (2026-11-24): the assertion holds on seeds 1-5 too
+    (ASYNCRL_TEST_SEED=S)."""
     cfg = asyncrl.preset(
         "paper",
         workers=2,
@@ -82,6 +84,8 @@ def test_paper_preset_learns(run_dir, seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["threads", "processes"])
 def test_nstep_q_solves_cartpole(backend, run_dir, seed):
+    """Async n-step Q reaches CartPole-v1's 475 within 1M steps on each backend. Measured
+    (2026-11-24): it does on seeds 1-5 too, on both (ASYNCRL_TEST_SEED=S)."""
     summary = asyncrl.train(
         algo="nstep-q",
         backend=backend,
@@ -99,7 +103,9 @@ def test_nstep_q_greedy_policy_is_what_eval_uses(run_dir, seed):
     """`asyncrl eval` plays the greedy policy of the final Q-network. One worker on the threads
     backend is bit-for-bit reproducible, so this checks a fixed outcome: with Hogwild workers
     the stop rule judges epsilon-greedy episodes that span many updates, and the final greedy
-    policy can swing well below them (a CI run evaluated 177 after a solved run)."""
+    policy can swing well below them (a CI run evaluated 177 after a solved run). That outcome
+    is reproducible only on one CPU, so it was measured on seeds 1-5 too (2026-11-24): the
+    greedy policy passed 400 on each (ASYNCRL_TEST_SEED=S)."""
     summary = asyncrl.train(
         algo="nstep-q",
         backend="threads",
@@ -117,6 +123,8 @@ def test_nstep_q_greedy_policy_is_what_eval_uses(run_dir, seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["onestep-q", "onestep-sarsa"])
 def test_one_step_methods_pass_195_within_a_million_steps(algo, run_dir, seed):
+    """Async one-step Q and Sarsa pass CartPole-v0's 195 within 1M steps. Measured
+    (2026-11-24): both do on seeds 1-5 too (ASYNCRL_TEST_SEED=S)."""
     summary = asyncrl.train(
         algo=algo,
         workers=2,
@@ -133,7 +141,9 @@ def test_one_step_methods_pass_195_within_a_million_steps(algo, run_dir, seed):
 def test_a3c_learns_minatar_breakout_from_pixels(run_dir, seed):
     """The pixel learning test CI can afford: MinAtar's 10x10 Breakout (bool frames, MinAtar's
     conv net, --preset minatar). A random policy scores about 0.5 a game; with one worker on
-    threads (reproducible) the rolling mean of 100 games passes 3 near 100k steps."""
+    threads (reproducible) the rolling mean of 100 games passes 3 near 100k steps, and the
+    stop rule's confirmation (its mean less two standard errors at 3) follows. The assertions
+    hold on seeds 1-5 too (2026-11-24; ASYNCRL_TEST_SEED=S)."""
     pytest.importorskip("minatar")
     summary = asyncrl.train(
         env="MinAtar/Breakout-v1",
