@@ -80,3 +80,15 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
     report = suite.report("atari5", [task], tmp_path, 3, tmp_path / "docs").read_text()
     assert "| 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
     assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 |" in report
+
+
+def test_a_sweep_scores_a_setting_over_its_seeds():
+    """benchmarks/sweep.py: the mean env steps to the target, an unsolved seed counting as
+    twice the budget; a setting becomes `asyncrl train` options."""
+    import sweep
+
+    runs = [{"solved": True, "solve_steps": 100}, {"solved": False, "solve_steps": None}]
+    assert sweep.score(runs, budget=1000) == (100 + 2000) / 2
+    assert sweep.options({"lr": 0.003, "t-max": 8, "algo": "appo"}) == [
+        "--lr", "0.003", "--t-max", "8", "--algo", "appo"
+    ]  # fmt: skip
