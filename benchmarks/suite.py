@@ -144,6 +144,13 @@ SUITES: dict[str, list[Task]] = {
             baseline="SB3 PPO defaults: see docs/benchmarks.md (versus_sb3.py --sb3 ppo-defaults)",
         ),
         Task(
+            "LunarLander-v3 APPO",
+            "LunarLander-v3",
+            200.0,
+            ("--algo", "appo", "--steps", "3000000"),
+            baseline="the A3C row above",
+        ),
+        Task(
             "MountainCar-v0",
             "MountainCar-v0",
             -110.0,
