@@ -120,12 +120,13 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, window: int = 100) ->
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     # emulator frames where every run counts them (Atari), env steps otherwise
-    frames = all(frames_per_step(r) > 1 for r in run_dirs)
-    for i, run_dir in enumerate(run_dirs):
+    per_steps = [frames_per_step(r) for r in run_dirs]
+    frames = min(per_steps) > 1
+    for i, (run_dir, per_step) in enumerate(zip(run_dirs, per_steps, strict=True)):
         data = read_episodes(run_dir)
         if not data["return"]:
             raise UserError(f"{run_dir}/episodes.csv holds no finished episode yet; leave it out")
-        per_step = frames_per_step(run_dir) if frames else 1
+        per_step = per_step if frames else 1
         evals = read_evaluations(run_dir)
         smooth = rolling_mean(data["return"], window)
         color = f"C{i % 10}"
