@@ -14,6 +14,8 @@ from asyncrl.checkpoint import load_checkpoint
 from asyncrl.cli import main
 from asyncrl.errors import Interrupted, UserError
 from asyncrl.evaluation import eval_seeds
+from asyncrl.monitor import Monitor
+from asyncrl.rundir import RunDir
 
 
 def params(model):
@@ -184,11 +186,27 @@ def test_stop_on_train_is_the_training_episodes_rule(run_dir):
         backend="threads", workers=2, seed=0, steps=500_000, stop_on="train", progress=False,
         run_dir=str(run_dir),
     )  # fmt: skip
-    assert summary["solved"] and summary["rolling_return"] >= 475.0
+    # (the rolling mean at the stop: episodes under way then still count into the final one)
+    assert summary["solved"] and summary["solve_return"] >= 475.0
     # evaluations went on every 25,000 steps whatever they scored; the final parameters last
     evals = rows(run_dir)
     assert summary["evaluations"] == len(evals) >= 1
     assert int(evals[-1]["global_step"]) == summary["total_steps"]
+
+
+def test_a_solved_run_reports_the_mean_that_met_the_rule(tmp_path):
+    # Hogwild: episodes under way at the stop still finish and enter the rolling mean, which
+    # can fall back under the target; the summary and the CLI report the mean that stopped it
+    cfg = asyncrl.Config(window=4, stop_on="train", tensorboard=False, progress=False)
+    with Monitor(RunDir(tmp_path), cfg, target_return=100.0) as monitor:
+        for step, ret in enumerate([90.0, 100.0, 110.0, 100.0], 1):
+            reached = monitor.episode(0, ret, 10, step * 10)
+        assert reached and monitor.solved and monitor.solve_steps == 40
+        monitor.episode(1, 20.0, 10, 50)  # the straggler
+        assert monitor.rolling_return == pytest.approx(82.5)
+        assert monitor.solve_return == pytest.approx(100.0)
+        restored = monitor.state_dict()
+    assert restored["solve_return"] == pytest.approx(100.0)
 
 
 def test_no_evaluation_at_all_when_switched_off(run_dir):

@@ -148,7 +148,7 @@ def _train(ns: argparse.Namespace) -> int:
         )
     elif s["solved"]:
         print(
-            f"solved: mean return {s['rolling_return']:.1f} >= {s['target_return']:g} after "
+            f"solved: mean return {s['solve_return']:.1f} >= {s['target_return']:g} after "
             f"{s['solve_steps']:,} steps, {s['solve_seconds']:.1f} s"
         )
     else:

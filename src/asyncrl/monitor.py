@@ -60,6 +60,9 @@ class Monitor:
         self.solved = False
         self.solve_seconds: float | None = None
         self.solve_steps: int | None = None
+        # the score that met the rule, kept: episodes still under way at the stop go on into
+        # the rolling mean and can pull it back under the target
+        self.solve_return: float | None = None
         self.global_step = 0
         # evaluations: how many, the latest mean, and the best
         self.evaluations = 0
@@ -71,6 +74,7 @@ class Monitor:
             self.episodes = state["episodes"]
             self.solved = state["solved"]
             self.solve_seconds, self.solve_steps = state["solve_seconds"], state["solve_steps"]
+            self.solve_return = state.get("solve_return")
             self.global_step = state["global_step"]
             elapsed = state["elapsed"]
             self.evaluations = state.get("evaluations", 0)
@@ -137,11 +141,14 @@ class Monitor:
             and mean >= self.target
         )
         if reached and not self.solved and self.cfg.stop_on == "train":
-            self.mark_solved(step)
+            self.mark_solved(step, mean)
         return reached
 
-    def mark_solved(self, step: int) -> None:
+    def mark_solved(self, step: int, score: float | None) -> None:
+        """The run met its stop rule at ``step`` with ``score`` (the rolling training mean or
+        the confirming evaluation's mean)."""
         self.solved, self.solve_seconds, self.solve_steps = True, self.elapsed(), step
+        self.solve_return = score
 
     def evaluation(self, ev: Evaluation) -> bool:
         """Record an evaluation (a row of evaluations.csv, TensorBoard ``eval/*``); True when it
@@ -213,6 +220,7 @@ class Monitor:
             "solved": self.solved,
             "solve_seconds": self.solve_seconds,
             "solve_steps": self.solve_steps,
+            "solve_return": self.solve_return,
             "global_step": self.global_step,
             "elapsed": self.elapsed(),
         }

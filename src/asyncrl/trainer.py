@@ -183,6 +183,7 @@ def _summary(
         "solved": monitor.solved,
         "solve_seconds": monitor.solve_seconds,
         "solve_steps": monitor.solve_steps,
+        "solve_return": monitor.solve_return,
         "total_steps": state.steps(),
         "total_frames": state.steps() * monitor.frames_per_step,
         "episodes": monitor.episodes,
