@@ -106,6 +106,11 @@ def main() -> None:
     p.add_argument("--target", type=float, default=-200.0)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--sb3-steps", type=int, default=1_000_000, help="SB3's budget")
+    p.add_argument(
+        "--sb3-only",
+        action="store_true",
+        help="run SB3 alone (asyncrl's side measured elsewhere, e.g. by benchmarks/suite.py)",
+    )
     p.add_argument("extra", nargs="*", help="arguments for asyncrl train (after --)")
     args = p.parse_args()
     if args.sb3 == "ppo-zoo" and args.env not in ZOO_PPO:
@@ -113,30 +118,42 @@ def main() -> None:
     ours, theirs = [], []
     with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
         for seed in range(args.seeds):
-            extra = ["--env", args.env, "--target-return", str(args.target), *args.extra]
-            s = run_train(seed, extra, Path(tmp))
-            ours.append({"solved": s["solved"], "steps": s["solve_steps"] or s["total_steps"],
-                         "seconds": s["process_seconds"]})  # fmt: skip
+            if not args.sb3_only:
+                extra = ["--env", args.env, "--target-return", str(args.target), *args.extra]
+                s = run_train(seed, extra, Path(tmp))
+                ours.append({"solved": s["solved"], "steps": s["solve_steps"] or s["total_steps"],
+                             "seconds": s["process_seconds"]})  # fmt: skip
             theirs.append(run_sb3(args.env, seed, args.target, args.sb3_steps, args.sb3))
-            for name, r in (("asyncrl", ours[-1]), ("SB3", theirs[-1])):
+            for name, r in (("asyncrl", ours[-1] if ours else None), ("SB3", theirs[-1])):
+                if r is None:
+                    continue
                 print(
                     f"seed {seed} {name:8s} {'solved' if r['solved'] else 'NOT solved'} "
                     f"in {r['seconds']:6.1f} s, {r['steps']:>9,} steps",
                     flush=True,
                 )
-    med = {k: statistics.median(r["seconds"] for r in v) for k, v in (("a", ours), ("s", theirs))}
-    print(
-        f"\n{args.env} to {args.target:g}: asyncrl solved {sum(r['solved'] for r in ours)}/"
-        f"{args.seeds}, median {med['a']:.1f} s; SB3 ({args.sb3}) solved "
-        f"{sum(r['solved'] for r in theirs)}/{args.seeds}, median {med['s']:.1f} s; "
-        f"ratio asyncrl / SB3 = {med['a'] / med['s']:.2f}"
+    sb3 = (
+        f"SB3 ({args.sb3}) solved {sum(r['solved'] for r in theirs)}/{args.seeds} in "
+        f"{args.sb3_steps:,} steps, median {statistics.median(r['seconds'] for r in theirs):.1f} s"
+        f" and {statistics.median(r['steps'] for r in theirs):,.0f} steps"
     )
+    if ours:
+        med = statistics.median(r["seconds"] for r in ours)
+        ratio = med / statistics.median(r["seconds"] for r in theirs)
+        solved = sum(r["solved"] for r in ours)
+        print(
+            f"\n{args.env} to {args.target:g}: asyncrl solved {solved}/{args.seeds}, median "
+            f"{med:.1f} s; {sb3}; ratio asyncrl / SB3 = {ratio:.2f}"
+        )
+    else:
+        print(f"\n{args.env} to {args.target:g}: {sb3}")
     print(
         "command: python benchmarks/versus_sb3.py "
         + shlex.join(
             [
                 *(f"--env={args.env}", f"--target={args.target:g}", f"--seeds={args.seeds}"),
                 *(f"--sb3={args.sb3}", f"--sb3-steps={args.sb3_steps}"),
+                *(["--sb3-only"] if args.sb3_only else []),
             ]
         )
         + (" -- " + shlex.join(args.extra) if args.extra else "")

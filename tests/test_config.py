@@ -20,10 +20,18 @@ def test_box_envs_pick_the_continuous_presets():
     assert auto_preset("Pendulum-v1") == "control"
     assert auto_preset("CartPole-v1") == "cartpole"
     # Box2D: Box actions pick box2d (a long horizon, not control's gamma 0.9); LunarLander's
-    # discrete actions stay with the vector-observation defaults
+    # discrete actions pick APPO over the vector-observation defaults, and classic control's
+    # discrete tasks keep A3C's
     assert auto_preset("BipedalWalker-v3") == "box2d"
     assert auto_preset("LunarLander-v3", ("continuous=true",)) == "box2d"
-    assert auto_preset("LunarLander-v3") == "cartpole"
+    assert auto_preset("LunarLander-v3") == "box2d-discrete"
+    lander = preset(None, env="LunarLander-v3")
+    assert lander.algo == "appo" and lander.steps == 3_000_000
+    assert lander == preset("cartpole", env="LunarLander-v3", algo="appo", steps=3_000_000)
+    lander_a3c = preset(None, env="LunarLander-v3", algo="a3c")
+    assert lander_a3c == preset("cartpole", env="LunarLander-v3", steps=3_000_000)
+    for env in ("Acrobot-v1", "MountainCar-v0"):
+        assert auto_preset(env) == "cartpole" and preset(None, env=env).algo == "a3c"
     walker = preset(None, env="BipedalWalker-v3")
     assert walker.gamma == 0.99 and walker.max_grad_norm == 0.5 and walker.normalize_obs
     cfg = preset(None, env="HalfCheetah-v5")

@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PRESETS,
         default=None,
         help="base hyper-parameters: tuned for vector envs (cartpole), Atari (atari), MinAtar "
-        "(minatar), or the paper's (paper); default: picked from --env",
+        "(minatar), continuous control (control, mujoco, box2d), LunarLander (box2d-discrete), "
+        "or the paper's (paper); default: picked from --env (docs/presets.md)",
     )
     t.add_argument(
         "--resume",

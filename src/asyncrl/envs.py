@@ -216,9 +216,9 @@ def preset_for(
 ) -> str | None:
     """The preset (:mod:`asyncrl.config`) an env calls for where the user names none: atari for
     ALE games, minatar for MinAtar, mujoco for Gymnasium's MuJoCo tasks, box2d for Box2D's with
-    Box actions, control for other Box actions, cartpole (the vector-observation defaults)
-    otherwise. None: the action space decides, and ``action`` is not given (the env was not
-    built)."""
+    Box actions and box2d-discrete for the others, control for other Box actions, cartpole (the
+    vector-observation defaults) otherwise. None: the action space decides, and ``action`` is
+    not given (the env was not built)."""
     if spec.id.startswith("MinAtar/"):
         return "minatar"
     if is_atari(spec):
@@ -228,7 +228,7 @@ def preset_for(
     if action is None:
         return None
     if action.kind != "box":
-        return "cartpole"
+        return "box2d-discrete" if is_box2d(spec) else "cartpole"
     return "box2d" if is_box2d(spec) else "control"
 
 
