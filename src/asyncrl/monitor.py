@@ -74,7 +74,9 @@ class Monitor:
             self.episodes = state["episodes"]
             self.solved = state["solved"]
             self.solve_seconds, self.solve_steps = state["solve_seconds"], state["solve_steps"]
-            self.solve_return = state.get("solve_return")
+            # (a checkpoint from before solve_return: the rolling mean it saved)
+            saved_mean = self.rolling_return if self.solved else None
+            self.solve_return = state.get("solve_return", saved_mean)
             self.global_step = state["global_step"]
             elapsed = state["elapsed"]
             self.evaluations = state.get("evaluations", 0)
