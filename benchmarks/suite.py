@@ -7,8 +7,9 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py quick --seeds 5 --report-only
 
 Per task and seed: a whole `asyncrl train` process (wall time from launch to exit), then the
-model it keeps (best_model.pt where the run made evaluations) evaluated over the task's
-evaluation episodes on starts no training run saw (`asyncrl.evaluate`, seed 10^6). Per task the
+model it keeps (best_model.pt where the run made evaluations; a task with a time limit, the
+last model: the agent at that time) evaluated over the task's evaluation episodes on starts no
+training run saw (`asyncrl.evaluate`, seed 10^6). Per task the
 report gives the seeds whose run reported it solved and, of those, the ones whose kept model
 scores the target when evaluated; the median and the interquartile mean (IQM, rliable's
 recommendation: Agarwal et al. 2021) of the final evaluation with a 95% bootstrap interval
@@ -261,46 +262,62 @@ def curve(episodes_csv: Path, grid: np.ndarray, window: int = 100) -> list[float
 
 
 # ---------------------------------------------------------------------- running
-def run_one(task: Task, seed: int, out: Path) -> dict:
-    """One seed of a task: train, then evaluate the kept model on new starts."""
-    import asyncrl
+def command(task: Task, seed: int, run_dir: Path) -> list[str]:
+    """The task's `asyncrl train` command for ``seed`` (under ``timeout`` when it has a time
+    limit: a SIGINT there is the run's end, not a failure)."""
+    cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--env", task.env]
+    cmd += ["--seed", str(seed), "--run-dir", str(run_dir), "--no-progress"]
+    if "--target-return" not in task.args:  # the task's target is the run's stop rule
+        cmd += ["--target-return", f"{task.target:g}"]
+    cmd += task.args
+    if task.extras and task.extras[0] == "timeout":
+        cmd = ["timeout", "-s", "INT", task.extras[1], *cmd]
+    return cmd
 
+
+def run_one(task: Task, seed: int, out: Path) -> dict:
+    """One seed of a task: train, then measure the run (:func:`measure`)."""
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--env", task.env]
-        cmd += ["--seed", str(seed), "--run-dir", str(run_dir), "--no-progress"]
-        if "--target-return" not in task.args:  # the task's target is the run's stop rule
-            cmd += ["--target-return", f"{task.target:g}"]
-        cmd += task.args
-        if task.extras and task.extras[0] == "timeout":
-            cmd = ["timeout", "-s", "INT", task.extras[1], *cmd]
+        cmd = command(task, seed, run_dir)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - t0
         interrupted = proc.returncode == 128 + 2  # the time limit's SIGINT: a finished run
         if proc.returncode != 0 and not interrupted:
             sys.exit(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
-        summary = json.loads((run_dir / "summary.json").read_text())
-        returns = asyncrl.evaluate(run_dir, episodes=task.eval_episodes, seed=EVAL_SEED)
-        policy = asyncrl.load(run_dir)
-        grid = np.linspace(0, summary["total_steps"], 60)
-        result = {
-            "task": task.name,
-            "seed": seed,
-            "command": shlex.join(cmd),
-            "process_seconds": wall,
-            "solved": bool(summary["solved"]),
-            "solve_seconds": summary["solve_seconds"],
-            "solve_steps": summary["solve_steps"],
-            "total_steps": summary["total_steps"],
-            "frames_per_second": summary["frames_per_second"],
-            "model": policy.source.name if policy.source else "model.pt",
-            "final_train_mean": summary.get("rolling_return"),
-            "final_eval": statistics.fmean(returns),
-            "final_eval_returns": returns,
-            "curve_steps": grid.tolist(),
-            "curve": curve(run_dir / "episodes.csv", grid),
-        }
+        return measure(task, seed, run_dir, shlex.join(cmd), wall, out)
+
+
+def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Path) -> dict:
+    """The result of one finished run: its summary, its learning curve, and an evaluation on
+    starts no run saw of the model it keeps, or, for a task with a time limit (no stop rule
+    to keep a model for), of its last: the agent after that time."""
+    import asyncrl
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    timed = bool(task.extras and task.extras[0] == "timeout")
+    which = "last" if timed else None
+    returns = asyncrl.evaluate(run_dir, episodes=task.eval_episodes, seed=EVAL_SEED, which=which)
+    policy = asyncrl.load(run_dir, which)
+    grid = np.linspace(0, summary["total_steps"], 60)
+    result = {
+        "task": task.name,
+        "seed": seed,
+        "command": cmd,
+        "process_seconds": wall,
+        "solved": bool(summary["solved"]),
+        "solve_seconds": summary["solve_seconds"],
+        "solve_steps": summary["solve_steps"],
+        "total_steps": summary["total_steps"],
+        "frames_per_second": summary["frames_per_second"],
+        "model": policy.source.name if policy.source else "model.pt",
+        "final_train_mean": summary.get("rolling_return"),
+        "final_eval": statistics.fmean(returns),
+        "final_eval_returns": returns,
+        "curve_steps": grid.tolist(),
+        "curve": curve(run_dir / "episodes.csv", grid),
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -336,7 +353,8 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         f"Written by `{cmd}` on {date}, commit {commit}, on a machine with "
         f"{os.cpu_count()} cores (no GPU). Each seed is one whole `asyncrl train` process with "
         "the env's defaults and the arguments shown; then the model the run keeps (the best "
-        "evaluation's, best_model.pt) is evaluated on starts no run saw. *Reported solved*: "
+        "evaluation's, best_model.pt; on a task with a time limit, the last, model.pt: the "
+        "agent at that time) is evaluated on starts no run saw. *Reported solved*: "
         "the run's own stop rule fired; *kept model at target*: that model's evaluation "
         "reaches the target. IQM: interquartile mean over seeds, with a 95% bootstrap "
         "interval. Times are whole processes; steps are env steps (agent steps on Atari).",
@@ -427,10 +445,28 @@ def main() -> None:
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--out", type=Path, default=ROOT / "docs", help="where the report goes")
     p.add_argument("--report-only", action="store_true", help="write the report, run nothing")
+    p.add_argument(
+        "--from-run",
+        type=Path,
+        metavar="RUN_DIR",
+        help="measure this finished run of the task's command (its one --tasks, --seed) "
+        "instead of training: a run saved from an interrupted suite; its whole-process time "
+        "is its summary's wall time",
+    )
+    p.add_argument("--seed", type=int, default=0, help="the seed of the --from-run run")
     args = p.parse_args()
     tasks = [t for t in SUITES[args.suite] if args.tasks is None or t.name in args.tasks]
     results = args.results / args.suite
-    if not args.report_only:
+    if args.from_run is not None:
+        if len(tasks) != 1:
+            p.error("--from-run: name its one task with --tasks")
+        task, seed = tasks[0], args.seed
+        path = results / task.name.replace("/", "-") / f"seed-{seed}.json"
+        wall = json.loads((args.from_run / "summary.json").read_text())["wall_seconds"]
+        cmd = shlex.join(command(task, seed, Path("RUN_DIR")))
+        r = measure(task, seed, args.from_run, cmd, wall, path)
+        print(f"{task.name} seed {seed}: final eval {r['final_eval']:.1f} ({r['model']})")
+    elif not args.report_only:
         for task in tasks:
             for seed in range(args.seeds):
                 path = results / task.name.replace("/", "-") / f"seed-{seed}.json"

@@ -17,6 +17,7 @@ from asyncrl.atari import (
     make_atari_env,
     make_atari_vec_env,
 )
+from asyncrl.envs import make_eval_env
 from asyncrl.errors import UserError
 
 NEXT_STEP = gym.vector.AutoresetMode.NEXT_STEP
@@ -195,6 +196,30 @@ def test_the_evaluation_env_plays_whole_seeded_games_and_renders_rgb():
     assert 0 < info["lives"] < lives and not (term or trunc)
     env.close()
     again.close()
+
+
+def test_evaluation_serves_after_a_lost_life():
+    # Breakout waits for FIRE after a lost life: a policy that never presses it (NOOP forever)
+    # would stall to the frame limit (27,000 steps); evaluation presses it, so the game ends
+    for fire, steps in ((True, 500), (False, 2000)):
+        env = make_atari_env("BreakoutNoFrameskip-v4", 0, noop_max=0, fire_after_lost_life=fire)
+        env.reset(seed=0)
+        for _ in range(steps):
+            _, _, term, trunc, info = env.step(0)
+            if term or trunc:
+                break
+        # with it: every life lost within 500 steps; without: still 4 lives after 2,000
+        assert (term and info["lives"] == 0) if fire else (info["lives"] == 4 and not term)
+        env.close()
+    ev = make_eval_env("BreakoutNoFrameskip-v4", 0)  # evaluation's env (and video's) serves
+    assert any(getattr(w, "after_lost_life", False) for w in _wrappers(ev))
+    ev.close()
+
+
+def _wrappers(env):
+    while isinstance(env, gym.Wrapper):
+        yield env
+        env = env.env
 
 
 def test_ids_and_settings_by_version():

@@ -63,6 +63,32 @@ def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatc
     assert "| CartPole-v1 | 2 / 2 | 2 / 2 | 500.0, 500.0 [500.0, 500.0] |" in report
 
 
+def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
+    tmp_path, monkeypatch
+):
+    import asyncrl
+
+    run = tmp_path / "run"
+    asyncrl.train(
+        env="CartPole-v1", backend="threads", workers=1, steps=4_000, eval_every=1_000,
+        target_return=1e9, progress=False, run_dir=str(run), seed=0,
+    )  # fmt: skip
+    assert (run / "best_model.pt").is_file()  # a stop rule's task evaluates this one
+    kept = suite.Task("CartPole-v1", "CartPole-v1", 475.0, eval_episodes=2)
+    timed = suite.Task("Timed", "CartPole-v1", 475.0, eval_episodes=2, extras=("timeout", "60"))
+    assert suite.measure(kept, 0, run, "cmd", 1.0, tmp_path / "a.json")["model"] == "best_model.pt"
+    assert suite.measure(timed, 0, run, "cmd", 1.0, tmp_path / "b.json")["model"] == "model.pt"
+    # --from-run: a run saved from an interrupted suite becomes the seed's result
+    monkeypatch.setitem(suite.SUITES, "test", [timed])
+    argv = ["suite.py", "test", "--tasks", "Timed", "--from-run", str(run), "--seed", "2"]
+    argv += ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "docs")]
+    monkeypatch.setattr(sys, "argv", argv)
+    suite.main()
+    r = suite.json.loads((tmp_path / "results" / "test" / "Timed" / "seed-2.json").read_text())
+    assert r["seed"] == 2 and r["model"] == "model.pt" and len(r["final_eval_returns"]) == 2
+    assert r["command"].startswith("timeout -s INT 60 ") and "--seed 2" in r["command"]
+
+
 def test_the_report_gives_the_human_normalised_score(tmp_path):
     """Pong's random and human scores are -20.7 and 14.6: a median of 14.6 is 1.00, of -3.05
     is 0.50."""

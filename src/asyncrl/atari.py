@@ -316,18 +316,37 @@ class FireReset(gym.Wrapper):
     """Press FIRE for one frame after every reset, as ale-py's vector env does: games such as
     Breakout wait for it, and an agent that never learns to press it never sees a ball.
     Gymnasium 1.x has no such wrapper. It goes *under* ``AtariPreprocessing`` (on the
-    frameskip-1 env), so the FIRE frame precedes the no-ops as in the C++ env."""
+    frameskip-1 env), so the FIRE frame precedes the no-ops as in the C++ env.
 
-    def __init__(self, env: gym.Env):
+    ``after_lost_life`` also presses it for one frame after each lost life (evaluation's
+    choice, :func:`make_atari_env`): Breakout waits for FIRE after a lost life too, and a greedy
+    policy that never picks it stalls the game until the frame limit (27,000 agent steps; one
+    10-game evaluation of a Breakout run took 385 s that way). SB3's ``AtariWrapper`` does the
+    same (``FireResetEnv`` under ``EpisodicLifeEnv``). Training does not: the sampling policy
+    learns to serve."""
+
+    def __init__(self, env: gym.Env, after_lost_life: bool = False):
         super().__init__(env)
         self.fire = env.unwrapped.get_action_meanings().index("FIRE")  # type: ignore[attr-defined]
+        self.after_lost_life = after_lost_life
+        self.lives = 0
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         self.env.reset(**kwargs)
         obs, _, terminated, truncated, info = self.env.step(self.fire)
         if terminated or truncated:  # never seen; a game cannot end in one frame
             obs, info = self.env.reset(**kwargs)
+        self.lives = info["lives"]
         return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lost = info["lives"] < self.lives
+        self.lives = info["lives"]
+        if self.after_lost_life and lost and not (terminated or truncated):
+            obs, more, terminated, truncated, info = self.env.step(self.fire)
+            reward = float(reward) + float(more)
+        return obs, float(reward), terminated, truncated, info
 
 
 class _SeedFirstReset(gym.Wrapper):
@@ -357,11 +376,13 @@ def make_atari_env(
     full_action_space: bool | None = None,
     noop_max: int = NOOP_MAX,
     max_frames: int = MAX_FRAMES,
+    fire_after_lost_life: bool = False,
 ) -> gym.Env:
     """One game for evaluation and video: whole games (a lost life is not an end) with raw
     scores, through Gymnasium's wrappers, which can render RGB frames (the C++ env cannot),
     observing exactly what training observes: uint8 (4, 84, 84) stacks, oldest frame first,
-    zeros before the first frame of a game."""
+    zeros before the first frame of a game. ``fire_after_lost_life``: see :class:`FireReset`
+    (evaluation's env sets it; the frame limit then counts those FIRE frames too)."""
     s = atari_settings(env_id, repeat_action_probability, full_action_space)
     env = gym.make(
         _plain(env_id),
@@ -372,7 +393,7 @@ def make_atari_env(
         max_num_frames_per_episode=max_frames,
     )
     if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
-        env = FireReset(env)
+        env = FireReset(env, after_lost_life=fire_after_lost_life)
     env = gym.wrappers.AtariPreprocessing(
         env,
         noop_max=noop_max,

@@ -390,11 +390,16 @@ def make_eval_env(
     render_mode: str | None = None,
     kwargs: dict[str, Any] | None = None,
 ) -> gym.Env:
-    """One env for evaluation (and video): whole games and raw scores on Atari."""
+    """One env for evaluation (and video): whole games and raw scores on Atari, FIRE pressed
+    after a lost life (:class:`asyncrl.atari.FireReset`)."""
     spec = env_spec(env_id)
     if is_atari(spec):
         return atari.make_atari_env(
-            spec.id, seed, render_mode=render_mode, **atari.env_overrides(kwargs)
+            spec.id,
+            seed,
+            render_mode=render_mode,
+            fire_after_lost_life=True,
+            **atari.env_overrides(kwargs),
         )
     # not every env takes a render_mode argument: pass it only when asked for
     kw = dict(kwargs or {})
