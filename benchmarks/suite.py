@@ -5,17 +5,19 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
     python benchmarks/suite.py atari --seeds 3     # Pong, Breakout: 30 min each (hours)
     python benchmarks/suite.py quick --seeds 5 --report-only
+    python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
 
 Per task and seed: a whole `asyncrl train` process (wall time from launch to exit), then the
-model it keeps (best_model.pt where the run made evaluations; a task with a time limit, the
-last model: the agent at that time) evaluated over the task's evaluation episodes on starts no
-training run saw (`asyncrl.evaluate`, seed 10^6). Per task the
-report gives the seeds whose run reported it solved and, of those, the ones whose kept model
-scores the target when evaluated; the median and the interquartile mean (IQM, rliable's
-recommendation: Agarwal et al. 2021) of the final evaluation with a 95% bootstrap interval
-(scipy.stats.bootstrap, percentile, 10,000 resamples); the median time and steps to the
-target over the solved seeds; and a learning curve: the median over seeds of the mean return of
-the last 100 training episodes, with a band from the 25th to the 75th percentile.
+model it keeps (best_model.pt where the run made evaluations; the last model where a time limit
+ended a run its stop rule did not: the agent at that time) evaluated over the task's evaluation
+episodes on starts no training run saw (`asyncrl.evaluate`, seed 10^6). The report covers
+every task of the suite; per task it gives the seeds whose run reported it solved and, of
+those, the ones whose kept model scores the target when evaluated; the median and the
+interquartile mean (IQM, rliable's recommendation: Agarwal et al. 2021) of the final evaluation
+with a 95% bootstrap interval (scipy.stats.bootstrap, percentile, 10,000 resamples); the median
+time and steps to the target over the solved seeds; and a learning curve: the median over
+seeds of the mean return of the last 100 training episodes, with a band from the 25th to the
+75th percentile.
 
 Results are kept per run in benchmarks/results/SUITE/TASK/seed-N.json: an interrupted suite
 resumes where it stopped and never reruns a finished seed (delete the file to rerun one).
@@ -291,13 +293,13 @@ def run_one(task: Task, seed: int, out: Path) -> dict:
 
 def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Path) -> dict:
     """The result of one finished run: its summary, its learning curve, and an evaluation on
-    starts no run saw of the model it keeps, or, for a task with a time limit (no stop rule
-    to keep a model for), of its last: the agent after that time."""
+    starts no run saw of the model it keeps, or, where the task's time limit ended it unsolved
+    (the atari5 tasks have no reachable target), of its last: the agent after that time."""
     import asyncrl
 
     summary = json.loads((run_dir / "summary.json").read_text())
     timed = bool(task.extras and task.extras[0] == "timeout")
-    which = "last" if timed else None
+    which = "last" if timed and not summary["solved"] else None
     returns = asyncrl.evaluate(run_dir, episodes=task.eval_episodes, seed=EVAL_SEED, which=which)
     policy = asyncrl.load(run_dir, which)
     grid = np.linspace(0, summary["total_steps"], 60)
@@ -353,8 +355,8 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         f"Written by `{cmd}` on {date}, commit {commit}, on a machine with "
         f"{os.cpu_count()} cores (no GPU). Each seed is one whole `asyncrl train` process with "
         "the env's defaults and the arguments shown; then the model the run keeps (the best "
-        "evaluation's, best_model.pt; on a task with a time limit, the last, model.pt: the "
-        "agent at that time) is evaluated on starts no run saw. *Reported solved*: "
+        "evaluation's, best_model.pt; where a time limit ended a run unsolved, the last, "
+        "model.pt: the agent at that time) is evaluated on starts no run saw. *Reported solved*: "
         "the run's own stop rule fired; *kept model at target*: that model's evaluation "
         "reaches the target. IQM: interquartile mean over seeds, with a 95% bootstrap "
         "interval. Times are whole processes; steps are env steps (agent steps on Atari).",
@@ -450,21 +452,25 @@ def main() -> None:
         type=Path,
         metavar="RUN_DIR",
         help="measure this finished run of the task's command (its one --tasks, --seed) "
-        "instead of training: a run saved from an interrupted suite; its whole-process time "
-        "is its summary's wall time",
+        "instead of training: a copy of the run directory of a suite stopped before it measured "
+        "it; its whole-process time is then the run's summary's wall time",
     )
-    p.add_argument("--seed", type=int, default=0, help="the seed of the --from-run run")
+    p.add_argument("--seed", type=int, default=None, help="the seed of the --from-run run")
     args = p.parse_args()
     tasks = [t for t in SUITES[args.suite] if args.tasks is None or t.name in args.tasks]
     results = args.results / args.suite
     if args.from_run is not None:
-        if len(tasks) != 1:
-            p.error("--from-run: name its one task with --tasks")
+        if len(tasks) != 1 or args.seed is None:
+            p.error("--from-run: name its one task with --tasks and its seed with --seed")
         task, seed = tasks[0], args.seed
         path = results / task.name.replace("/", "-") / f"seed-{seed}.json"
+        if path.exists():
+            p.error(f"--from-run: {path} exists; delete it to replace it")
         wall = json.loads((args.from_run / "summary.json").read_text())["wall_seconds"]
         cmd = shlex.join(command(task, seed, Path("RUN_DIR")))
         r = measure(task, seed, args.from_run, cmd, wall, path)
+        r["process_seconds_from"] = "the run's summary.json wall_seconds (--from-run)"
+        path.write_text(json.dumps(r, indent=1) + "\n")
         print(f"{task.name} seed {seed}: final eval {r['final_eval']:.1f} ({r['model']})")
     elif not args.report_only:
         for task in tasks:
@@ -479,7 +485,7 @@ def main() -> None:
                     f"{r['process_seconds']:.1f} s",
                     flush=True,
                 )
-    print(report(args.suite, tasks, results, args.seeds, args.out))
+    print(report(args.suite, SUITES[args.suite], results, args.seeds, args.out))
 
 
 if __name__ == "__main__":

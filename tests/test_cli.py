@@ -32,6 +32,19 @@ def exit_code(argv):
         return e.code
 
 
+@pytest.mark.parametrize("rule", ["eval", "train"])
+def test_a_solved_run_prints_the_score_that_met_its_rule(rule, run_dir, capsys):
+    args = ["train", "--workers", "1", "--backend", "threads", "--no-progress", "--seed", "0"]
+    args += ["--stop-on", rule, "--run-dir", str(run_dir)]
+    assert main(args) == 0
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["solved"] and s["solved_by"] == rule and s["solve_return"] >= 475
+    what = "evaluation mean" if rule == "eval" else "mean return"
+    assert f"solved: {what} {s['solve_return']:.1f} >= 475 after {s['solve_steps']:,}" in (
+        capsys.readouterr().out
+    )
+
+
 def test_train_writes_a_complete_run_directory(run_dir, capsys):
     assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
     out = capsys.readouterr().out

@@ -80,13 +80,24 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
     assert suite.measure(timed, 0, run, "cmd", 1.0, tmp_path / "b.json")["model"] == "model.pt"
     # --from-run: a run saved from an interrupted suite becomes the seed's result
     monkeypatch.setitem(suite.SUITES, "test", [timed])
-    argv = ["suite.py", "test", "--tasks", "Timed", "--from-run", str(run), "--seed", "2"]
+    argv = ["suite.py", "test", "--tasks", "Timed", "--from-run", str(run)]
     argv += ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "docs")]
     monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit):  # which seed it is must be said
+        suite.main()
+    monkeypatch.setattr(sys, "argv", [*argv, "--seed", "2"])
     suite.main()
-    r = suite.json.loads((tmp_path / "results" / "test" / "Timed" / "seed-2.json").read_text())
+    result = tmp_path / "results" / "test" / "Timed" / "seed-2.json"
+    r = suite.json.loads(result.read_text())
     assert r["seed"] == 2 and r["model"] == "model.pt" and len(r["final_eval_returns"]) == 2
     assert r["command"].startswith("timeout -s INT 60 ") and "--seed 2" in r["command"]
+    with pytest.raises(SystemExit):  # a finished seed is never overwritten
+        suite.main()
+    assert suite.json.loads(result.read_text()) == r
+    # a timed run that its stop rule ended keeps the model that rule kept
+    summary = suite.json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(suite.json.dumps({**summary, "solved": True}))
+    assert suite.measure(timed, 0, run, "cmd", 1.0, tmp_path / "c.json")["model"] == "best_model.pt"
 
 
 def test_the_report_gives_the_human_normalised_score(tmp_path):

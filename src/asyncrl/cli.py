@@ -141,16 +141,20 @@ def _train(ns: argparse.Namespace) -> int:
             from asyncrl.trainer import train
 
             s = train(cfg, info=info)
-    if s["solved"] and s["stop_on"] == "eval":
+    if s["solved"]:
+        # the score that met the rule: a confirming evaluation's mean, or the training
+        # episodes' (--stop-on train, or no evaluation to confirm with); unknown from a
+        # checkpoint written before it was kept
+        by_eval = s["solved_by"] == "eval"
+        what = "evaluation mean" if by_eval else "mean return"
+        score = "-" if s["solve_return"] is None else f"{s['solve_return']:.1f}"
+        # (an earlier confirmation can have a higher mean that failed on its standard error:
+        # best_model.pt is then that one's)
+        held = by_eval and s["best_eval_step"] == s["solve_steps"]
+        kept = "; best_model.pt holds those parameters" if held else ""
         print(
-            f"solved: evaluation mean {s['best_eval_return']:.1f} >= {s['target_return']:g} "
-            f"({s['best_eval_episodes']} episodes) after {s['solve_steps']:,} steps, "
-            f"{s['solve_seconds']:.1f} s; best_model.pt holds those parameters"
-        )
-    elif s["solved"]:
-        print(
-            f"solved: mean return {s['solve_return']:.1f} >= {s['target_return']:g} after "
-            f"{s['solve_steps']:,} steps, {s['solve_seconds']:.1f} s"
+            f"solved: {what} {score} >= {s['target_return']:g} after {s['solve_steps']:,} "
+            f"steps, {s['solve_seconds']:.1f} s{kept}"
         )
     else:
         ret = "-" if s["rolling_return"] is None else f"{s['rolling_return']:.1f}"

@@ -63,6 +63,7 @@ class Monitor:
         # the score that met the rule, kept: episodes still under way at the stop go on into
         # the rolling mean and can pull it back under the target
         self.solve_return: float | None = None
+        self.solved_by: str | None = None  # "eval" (a confirmed evaluation) or "train"
         self.global_step = 0
         # evaluations: how many, the latest mean, and the best
         self.evaluations = 0
@@ -74,9 +75,10 @@ class Monitor:
             self.episodes = state["episodes"]
             self.solved = state["solved"]
             self.solve_seconds, self.solve_steps = state["solve_seconds"], state["solve_steps"]
-            # (a checkpoint from before solve_return: the rolling mean it saved)
-            saved_mean = self.rolling_return if self.solved else None
-            self.solve_return = state.get("solve_return", saved_mean)
+            # (None from a checkpoint written before the field: the mean it saved may be one
+            # that stragglers pulled back under the target)
+            self.solve_return = state.get("solve_return")
+            self.solved_by = state.get("solved_by")
             self.global_step = state["global_step"]
             elapsed = state["elapsed"]
             self.evaluations = state.get("evaluations", 0)
@@ -143,14 +145,14 @@ class Monitor:
             and mean >= self.target
         )
         if reached and not self.solved and self.cfg.stop_on == "train":
-            self.mark_solved(step, mean)
+            self.mark_solved(step, mean, "train")
         return reached
 
-    def mark_solved(self, step: int, score: float | None) -> None:
-        """The run met its stop rule at ``step`` with ``score`` (the rolling training mean or
-        the confirming evaluation's mean)."""
+    def mark_solved(self, step: int, score: float | None, by: str) -> None:
+        """The run met its stop rule at ``step`` with ``score``: by ``"train"``, the rolling
+        training mean, or by ``"eval"``, the confirming evaluation's mean."""
         self.solved, self.solve_seconds, self.solve_steps = True, self.elapsed(), step
-        self.solve_return = score
+        self.solve_return, self.solved_by = score, by
 
     def evaluation(self, ev: Evaluation) -> bool:
         """Record an evaluation (a row of evaluations.csv, TensorBoard ``eval/*``); True when it
@@ -223,6 +225,7 @@ class Monitor:
             "solve_seconds": self.solve_seconds,
             "solve_steps": self.solve_steps,
             "solve_return": self.solve_return,
+            "solved_by": self.solved_by,
             "global_step": self.global_step,
             "elapsed": self.elapsed(),
         }

@@ -184,7 +184,7 @@ class Supervisor:
                     if self.monitor.episode(w, ret, length, step) and not self.stopping:
                         if self.cfg.stop_on == "train" or self.evaluator is None:
                             if not self.monitor.solved:
-                                self.monitor.mark_solved(step, self.monitor.rolling_return)
+                                self.monitor.mark_solved(step, self.monitor.rolling_return, "train")
                             self.end(Ended.SOLVED)
                         else:
                             self.eval_wanted = True
@@ -311,7 +311,7 @@ class Supervisor:
             and result.reaches(target, self.cfg.confirm_stderr)
             and not self.monitor.solved
         ):
-            self.monitor.mark_solved(result.global_step, result.mean)
+            self.monitor.mark_solved(result.global_step, result.mean, "eval")
             if not self.stopping:
                 self.end(Ended.SOLVED)
 

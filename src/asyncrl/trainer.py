@@ -184,6 +184,7 @@ def _summary(
         "solve_seconds": monitor.solve_seconds,
         "solve_steps": monitor.solve_steps,
         "solve_return": monitor.solve_return,
+        "solved_by": monitor.solved_by,
         "total_steps": state.steps(),
         "total_frames": state.steps() * monitor.frames_per_step,
         "episodes": monitor.episodes,
