@@ -654,7 +654,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
     # 0.9 is short-sighted; mujoco's settings, measured on both (docs/presets.md)
     "box2d": dict(_LOCOMOTION, steps=5_000_000),
     # Box2D with discrete actions (LunarLander-v3): the vector-observation defaults with APPO,
-    # which solved it on 3 seeds of 3 (kept models 213-246, median 1.45M steps) where A3C on
+    # which solved it on 3 seeds of 3 (kept models 213-245, median 1.45M steps) where A3C on
     # the same defaults solved none in 3M steps (docs/benchmarks.md#classic-control-and-box2d-
     # on-the-defaults); --algo a3c gets cartpole's A3C
     "box2d-discrete": dict(algo="appo", steps=3_000_000),
