@@ -31,6 +31,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -60,6 +61,11 @@ class Task:
     #: (random, human) scores: the report adds the human-normalised score (score - random) /
     #: (human - random) of the final evaluation
     human: tuple[float, float] | None = None
+
+    @property
+    def timed(self) -> bool:
+        """Trained under a time limit (``extras=("timeout", SECONDS)``)."""
+        return bool(self.extras and self.extras[0] == "timeout")
 
 
 #: DQN Zoo's random and human scores (dqn_zoo/atari_data.py, from Mnih et al. 2015 and van
@@ -272,23 +278,32 @@ def command(task: Task, seed: int, run_dir: Path) -> list[str]:
     if "--target-return" not in task.args:  # the task's target is the run's stop rule
         cmd += ["--target-return", f"{task.target:g}"]
     cmd += task.args
-    if task.extras and task.extras[0] == "timeout":
+    if task.timed:
         cmd = ["timeout", "-s", "INT", task.extras[1], *cmd]
     return cmd
 
 
 def run_one(task: Task, seed: int, out: Path) -> dict:
-    """One seed of a task: train, then measure the run (:func:`measure`)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / "run"
-        cmd = command(task, seed, run_dir)
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        wall = time.perf_counter() - t0
-        interrupted = proc.returncode == 128 + 2  # the time limit's SIGINT: a finished run
-        if proc.returncode != 0 and not interrupted:
-            sys.exit(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
-        return measure(task, seed, run_dir, shlex.join(cmd), wall, out)
+    """One seed of a task: train, then measure the run (:func:`measure`). The run directory
+    goes once the run is measured; a run that failed, or could not be measured, keeps it and
+    says where (an hour of Atari is not thrown away)."""
+    tmp = Path(tempfile.mkdtemp(prefix="asyncrl-suite-"))
+    run_dir = tmp / "run"
+    cmd = command(task, seed, run_dir)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    # the time limit: GNU timeout exits 124 when it had to signal the run (which itself exits
+    # 130 after a SIGINT, checkpoint and summary written): a finished run, not a failure
+    timed_out = task.timed and proc.returncode in (124, 128 + 2)
+    if (proc.returncode != 0 and not timed_out) or not (run_dir / "summary.json").is_file():
+        sys.exit(
+            f"{shlex.join(cmd)} failed ({proc.returncode}); its run directory is kept: "
+            f"{run_dir}\n{proc.stderr[-3000:]}"
+        )
+    result = measure(task, seed, run_dir, shlex.join(cmd), wall, out)
+    shutil.rmtree(tmp)
+    return result
 
 
 def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Path) -> dict:
@@ -298,8 +313,7 @@ def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Pa
     import asyncrl
 
     summary = json.loads((run_dir / "summary.json").read_text())
-    timed = bool(task.extras and task.extras[0] == "timeout")
-    which = "last" if timed and not summary["solved"] else None
+    which = "last" if task.timed and not summary["solved"] else None
     returns = asyncrl.evaluate(run_dir, episodes=task.eval_episodes, seed=EVAL_SEED, which=which)
     policy = asyncrl.load(run_dir, which)
     grid = np.linspace(0, summary["total_steps"], 60)

@@ -100,6 +100,25 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
     assert suite.measure(timed, 0, run, "cmd", 1.0, tmp_path / "c.json")["model"] == "best_model.pt"
 
 
+def test_a_run_its_time_limit_ends_is_measured_and_a_failed_one_keeps_its_directory(
+    tmp_path, monkeypatch
+):
+    # GNU timeout exits 124 after signalling the run: that is the task's end, not a failure
+    # (the atari5 suite lost a finished hour of Breakout to it)
+    monkeypatch.setattr(suite.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    args = ("--steps", "50000000", "--target-return", "1e9", "--workers", "1")
+    task = suite.Task("Timed", "CartPole-v1", 475.0, args, eval_episodes=2, extras=("timeout", "8"))
+    r = suite.run_one(task, 0, tmp_path / "seed-0.json")
+    assert r["model"] == "model.pt" and r["process_seconds"] >= 8 and r["total_steps"] > 0
+    assert not (tmp_path / "tmp").exists()  # measured: the run directory goes
+    (tmp_path / "tmp").mkdir()
+    bad = suite.Task("Bad", "CartPole-v1", 475.0, ("--steps", "-1"), extras=("timeout", "8"))
+    with pytest.raises(SystemExit, match="its run directory is kept"):
+        suite.run_one(bad, 0, tmp_path / "seed-1.json")
+    assert (tmp_path / "tmp").exists()
+
+
 def test_the_report_gives_the_human_normalised_score(tmp_path):
     """Pong's random and human scores are -20.7 and 14.6: a median of 14.6 is 1.00, of -3.05
     is 0.50."""
