@@ -180,6 +180,13 @@ SUITES: dict[str, list[Task]] = {
             ("--env-kwargs", "continuous=true", "--steps", "3000000"),
             baseline="rl-zoo PPO: 200+ at 1M steps (tuned)",
         ),
+        Task(
+            "LunarLanderContinuous-v3 APPO",
+            "LunarLander-v3",
+            200.0,
+            ("--env-kwargs", "continuous=true", "--algo", "appo", "--steps", "3000000"),
+            baseline="the A3C row above",
+        ),
     ],
     "mujoco": [
         Task(

@@ -710,6 +710,9 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
     # MuJoCo: CleanRL's and SB3's PPO defaults (lr 3e-4, 10 epochs of 64-transition
     # minibatches), in the shape of control's rollouts
     "mujoco": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
+    # Box2D with Box actions: mujoco's (measured on LunarLanderContinuous:
+    # docs/benchmarks.md#classic-control-and-box2d-on-the-defaults)
+    "box2d": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
     # PPO's Atari setting (Schulman et al., 2017; SB3's and CleanRL's): 8 games x 128 steps a
     # rollout, 4 epochs of 4 minibatches, clip 0.1, Adam at 2.5e-4. Per frame it takes off on
     # Pong well before A3C's preset (docs/benchmarks.md#atari-appo); not tuned here.
