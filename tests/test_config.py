@@ -34,11 +34,14 @@ def test_box_envs_pick_the_continuous_presets():
         assert auto_preset(env) == "cartpole" and preset(None, env=env).algo == "a3c"
     walker = preset(None, env="BipedalWalker-v3")
     assert walker.gamma == 0.99 and walker.max_grad_norm == 0.5 and walker.normalize_obs
-    # with APPO, mujoco's PPO shape (64-step rollouts, 10 epochs of 8 minibatches, lr 3e-4)
-    walker_appo = preset(None, env="BipedalWalker-v3", algo="appo")
-    cheetah_appo = preset(None, env="HalfCheetah-v5")
+    # APPO by default, in mujoco's PPO shape (64-step rollouts, 10 epochs of 8 minibatches,
+    # lr 3e-4); --algo a3c gets the locomotion settings' A3C
+    cheetah = preset(None, env="HalfCheetah-v5")
+    assert walker.algo == "appo" == cheetah.algo and walker.steps == 5_000_000
     for name in ("t_max", "epochs", "minibatches", "lr", "envs_per_worker", "optimizer"):
-        assert getattr(walker_appo, name) == getattr(cheetah_appo, name), name
+        assert getattr(walker, name) == getattr(cheetah, name), name
+    walker_a3c = preset(None, env="BipedalWalker-v3", algo="a3c")
+    assert walker_a3c.t_max == 8 and walker_a3c.lr == 2e-3 and walker_a3c.optimizer == "rmsprop"
     cfg = preset(None, env="HalfCheetah-v5")
     assert cfg.normalize_obs and cfg.gae_lambda == 0.95 and cfg.log_std_init == -1.0
 
