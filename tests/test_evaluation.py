@@ -213,6 +213,30 @@ def test_a_solved_run_reports_the_mean_that_met_the_rule(tmp_path):
         assert resumed.solved and resumed.solve_return is None
 
 
+def test_the_main_process_writes_its_models_on_one_thread_and_restores_the_callers(
+    run_dir, monkeypatch
+):
+    # its default (a thread per core) oversubscribes the cores the workers fill: writing
+    # best_model.pt once held the supervisor, and Ctrl-C, for over 100 s
+    from asyncrl import trainer
+
+    seen, save = [], trainer._save_params
+
+    def counting(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        save(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "_save_params", counting)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
+        assert torch.get_num_threads() == 2  # the caller's setting, back
+    finally:
+        torch.set_num_threads(before)
+    assert len(seen) >= 2 and set(seen) == {1}  # best_model.pt (each best) and model.pt
+
+
 def test_no_evaluation_at_all_when_switched_off(run_dir):
     summary = asyncrl.train(
         backend="threads", target_return=1e9, run_dir=str(run_dir), **{**QUICK, "eval_every": 0},

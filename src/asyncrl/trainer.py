@@ -57,8 +57,23 @@ def train(
     t0 = time.perf_counter()
     cfg, ckpt, info = _config(cfg, resume, info, overrides)
     algo = make_algorithm(cfg, info)
-    with cluster_for(cfg) as cluster:
+    with cluster_for(cfg) as cluster, _one_thread():
         return _run(cfg, ckpt, info, algo, worker_count(cfg, cluster), t0)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """The main process's own PyTorch work (writing a model file, an evaluation) on one thread
+    while the run lasts, as each worker's, and the caller's setting back after it. Its default,
+    one OpenMP thread per core, oversubscribes cores the workers already fill: under load,
+    building the network to write best_model.pt (orthogonal init of Atari's fc layer) held the
+    supervisor, and with it Ctrl-C, for over 100 s."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _run(
@@ -94,10 +109,12 @@ def _run(
         del payload
         return_freed_memory()  # the snapshots' and the pickle's blocks (asyncrl.heap)
 
+    blank = build_model(spec)  # once: a model file is written from it (no init each time)
+
     def save_best(ev: Evaluation) -> None:
         assert ev.snapshot is not None
         best = {"global_step": ev.global_step, "mean": ev.mean, "episodes": len(ev.returns)}
-        _save_params(run_dir.best_model, cfg, spec, ev.snapshot, evaluation=best)
+        _save_params(run_dir.best_model, cfg, blank, spec, ev.snapshot, evaluation=best)
 
     run = make_run(cfg, info, spec, state)
     evaluator = _evaluator(cfg, spec, monitor.target)
@@ -123,7 +140,7 @@ def _run(
         if outcome.glob is not None:  # None: the global state died with the Ray server
             state.restore(outcome.glob)
             # never holds a NaN: none is ever applied
-            _save_params(run_dir.model, cfg, spec, outcome.glob)
+            _save_params(run_dir.model, cfg, blank, spec, outcome.glob)
             if not outcome.ended.keeps_last_checkpoint:
                 write_checkpoint(outcome.glob, outcome.workers, outcome.restarts)
     summary = _summary(cfg, run_dir, state, monitor, outcome, ckpt)
@@ -271,11 +288,16 @@ def _closing(evaluator: Evaluator | None) -> Iterator[None]:
 
 
 def _save_params(
-    path: Path, cfg: Config, spec: ModelSpec, snap: GlobalSnapshot, **extra: Any
+    path: Path,
+    cfg: Config,
+    model: torch.nn.Module,
+    spec: ModelSpec,
+    snap: GlobalSnapshot,
+    **extra: Any,
 ) -> None:
     """Write a model file (``model.pt``, ``best_model.pt``) of the snapshot's parameters and
-    observation statistics, atomically: a reader sees the old file or the new one, never half."""
-    model = build_model(spec)
+    observation statistics, through ``model`` (a network of ``spec``, overwritten), atomically:
+    a reader sees the old file or the new one, never half."""
     flatten_parameters(model, torch.from_numpy(np.array(snap.params)))
     if snap.obs_stats is not None:
         bind_obs_stats(model, torch.from_numpy(np.array(snap.obs_stats)))
