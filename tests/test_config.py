@@ -23,7 +23,7 @@ def test_box_envs_pick_the_continuous_presets():
     # discrete actions pick APPO over the vector-observation defaults, and classic control's
     # discrete tasks keep A3C's
     assert auto_preset("BipedalWalker-v3") == "box2d"
-    assert auto_preset("LunarLander-v3", ("continuous=true",)) == "box2d"
+    assert auto_preset("LunarLander-v3", ("continuous=true",)) == "box2d-lander"
     assert auto_preset("LunarLander-v3") == "box2d-discrete"
     lander = preset(None, env="LunarLander-v3")
     assert lander.algo == "appo" and lander.steps == 3_000_000
@@ -34,14 +34,16 @@ def test_box_envs_pick_the_continuous_presets():
         assert auto_preset(env) == "cartpole" and preset(None, env=env).algo == "a3c"
     walker = preset(None, env="BipedalWalker-v3")
     assert walker.gamma == 0.99 and walker.max_grad_norm == 0.5 and walker.normalize_obs
-    # APPO by default, in mujoco's PPO shape (64-step rollouts, 10 epochs of 8 minibatches,
-    # lr 3e-4); --algo a3c gets the locomotion settings' A3C
+    assert walker.algo == "a3c" and walker.t_max == 8 and walker.optimizer == "rmsprop"
+    # LunarLanderContinuous: the same settings with APPO in mujoco's PPO shape (64-step
+    # rollouts, 10 epochs of 8 minibatches, lr 3e-4), as --algo appo gives BipedalWalker
+    lander = preset(None, env="LunarLander-v3", env_kwargs=("continuous=true",))
     cheetah = preset(None, env="HalfCheetah-v5")
-    assert walker.algo == "appo" == cheetah.algo and walker.steps == 5_000_000
+    walker_appo = preset(None, env="BipedalWalker-v3", algo="appo")
+    assert lander.algo == "appo" == cheetah.algo and lander.steps == 3_000_000
     for name in ("t_max", "epochs", "minibatches", "lr", "envs_per_worker", "optimizer"):
-        assert getattr(walker, name) == getattr(cheetah, name), name
-    walker_a3c = preset(None, env="BipedalWalker-v3", algo="a3c")
-    assert walker_a3c.t_max == 8 and walker_a3c.lr == 2e-3 and walker_a3c.optimizer == "rmsprop"
+        assert getattr(lander, name) == getattr(cheetah, name) == getattr(walker_appo, name)
+    assert lander.normalize_obs and lander.reward_scale == walker.reward_scale
     cfg = preset(None, env="HalfCheetah-v5")
     assert cfg.normalize_obs and cfg.gae_lambda == 0.95 and cfg.log_std_init == -1.0
 

@@ -216,7 +216,8 @@ def preset_for(
 ) -> str | None:
     """The preset (:mod:`asyncrl.config`) an env calls for where the user names none: atari for
     ALE games, minatar for MinAtar, mujoco for Gymnasium's MuJoCo tasks, box2d for Box2D's with
-    Box actions and box2d-discrete for the others, control for other Box actions, cartpole (the
+    Box actions (box2d-lander for LunarLander's: APPO there, A3C on BipedalWalker, each as
+    measured) and box2d-discrete for the others, control for other Box actions, cartpole (the
     vector-observation defaults) otherwise. None: the action space decides, and ``action`` is
     not given (the env was not built)."""
     if spec.id.startswith("MinAtar/"):
@@ -229,7 +230,9 @@ def preset_for(
         return None
     if action.kind != "box":
         return "box2d-discrete" if is_box2d(spec) else "cartpole"
-    return "box2d" if is_box2d(spec) else "control"
+    if not is_box2d(spec):
+        return "control"
+    return "box2d-lander" if spec.id.startswith("LunarLander") else "box2d"
 
 
 def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
