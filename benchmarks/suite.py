@@ -308,7 +308,11 @@ def run_one(task: Task, seed: int, out: Path) -> dict:
             f"{shlex.join(cmd)} failed ({proc.returncode}); its run directory is kept: "
             f"{run_dir}\n{proc.stderr[-3000:]}"
         )
-    result = measure(task, seed, run_dir, shlex.join(cmd), wall, out)
+    try:
+        result = measure(task, seed, run_dir, shlex.join(cmd), wall, out)
+    except BaseException:
+        print(f"{task.name} seed {seed}: not measured; its run directory is kept: {run_dir}")
+        raise
     shutil.rmtree(tmp)
     return result
 

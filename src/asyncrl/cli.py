@@ -70,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PRESETS,
         default=None,
         help="base hyper-parameters: tuned for vector envs (cartpole), Atari (atari), MinAtar "
-        "(minatar), continuous control (control, mujoco, box2d, box2d-lander), LunarLander "
-        "(box2d-discrete), or the paper's (paper); default: picked from --env (docs/presets.md)",
+        "(minatar), continuous control (control, mujoco, box2d, box2d-lander), Box2D's discrete "
+        "actions (box2d-discrete), or the paper's (paper); default: picked from --env "
+        "(docs/presets.md)",
     )
     t.add_argument(
         "--resume",

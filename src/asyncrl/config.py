@@ -715,7 +715,8 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
     # MuJoCo: CleanRL's and SB3's PPO defaults (lr 3e-4, 10 epochs of 64-transition
     # minibatches), in the shape of control's rollouts
     "mujoco": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
-    # Box2D with Box actions: mujoco's (measured on LunarLanderContinuous, above)
+    # Box2D with Box actions: mujoco's (LunarLanderContinuous solved with it; BipedalWalker
+    # lagged far behind A3C with it, above)
     "box2d": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
     "box2d-lander": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
     # PPO's Atari setting (Schulman et al., 2017; SB3's and CleanRL's): 8 games x 128 steps a

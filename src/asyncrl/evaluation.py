@@ -144,8 +144,8 @@ class Evaluator:
 
     # ------------------------------------------------------------------ the thread
     def _loop(self) -> None:
-        # one core's worth, like a worker (process-wide: the main process's own torch work,
-        # building snapshots and model files, is light)
+        # one core's worth, like a worker (OpenMP's count is this thread's own: train sets the
+        # main thread's, asyncrl.trainer._one_thread)
         torch.set_num_threads(1)
         from asyncrl.envs import make_eval_vec_env
 
