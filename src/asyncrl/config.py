@@ -708,17 +708,20 @@ _APPO: dict[str, Any] = dict(
     max_grad_norm=0.5,
     lr_schedule="constant",
 )
+_PPO_LOCOMOTION: dict[str, Any] = dict(
+    envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4
+)
 _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
     # Pendulum-v1 (docs/benchmarks.md#appo-and-v-trace): SB3's ratio of gradient steps to
     # samples (10 epochs of 64-transition minibatches) learnt in the fewest steps of those tried
     "control": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8),
     # MuJoCo: CleanRL's and SB3's PPO defaults (lr 3e-4, 10 epochs of 64-transition
     # minibatches), in the shape of control's rollouts
-    "mujoco": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
+    "mujoco": _PPO_LOCOMOTION,
     # Box2D with Box actions: mujoco's (LunarLanderContinuous solved with it; BipedalWalker
     # lagged far behind A3C with it, above)
-    "box2d": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
-    "box2d-lander": dict(envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4),
+    "box2d": _PPO_LOCOMOTION,
+    "box2d-lander": _PPO_LOCOMOTION,
     # PPO's Atari setting (Schulman et al., 2017; SB3's and CleanRL's): 8 games x 128 steps a
     # rollout, 4 epochs of 4 minibatches, clip 0.1, Adam at 2.5e-4. Per frame it takes off on
     # Pong well before A3C's preset (docs/benchmarks.md#atari-appo); not tuned here.
