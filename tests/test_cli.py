@@ -33,8 +33,10 @@ def exit_code(argv):
 
 
 @pytest.mark.parametrize("rule", ["eval", "train"])
-def test_a_solved_run_prints_the_score_that_met_its_rule(rule, run_dir, capsys):
-    args = ["train", "--workers", "1", "--backend", "threads", "--no-progress", "--seed", "0"]
+def test_a_solved_run_prints_the_score_that_met_its_rule(rule, run_dir, capsys, seed):
+    """CartPole's defaults on one worker solve within their 500k steps: measured on seeds 0-5
+    with both rules (2026-11-24)."""
+    args = ["train", "--workers", "1", "--backend", "threads", "--no-progress", "--seed", str(seed)]
     args += ["--stop-on", rule, "--run-dir", str(run_dir)]
     assert main(args) == 0
     s = json.loads((run_dir / "summary.json").read_text())
