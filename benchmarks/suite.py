@@ -187,6 +187,12 @@ SUITES: dict[str, list[Task]] = {
             ("--env-kwargs", "continuous=true", "--algo", "a3c", "--steps", "3000000"),
             baseline="the defaults' row above (APPO; this is the same preset's A3C)",
         ),
+        Task(
+            "BipedalWalker-v3",
+            "BipedalWalker-v3",
+            300.0,
+            baseline="rl-zoo A2C, tuned: 300 at 5M steps (one run, its benchmark table)",
+        ),
     ],
     "mujoco": [
         Task(
