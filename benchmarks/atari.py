@@ -5,6 +5,7 @@ score.
     scripts/loopback python benchmarks/atari.py throughput --workers 2 --nets a3c \
         --backends processes ray --steps 100000                  # Ray against processes
     python benchmarks/atari.py env --seeds 3                     # the emulators alone, one core
+    python benchmarks/atari.py versus-sb3 --seeds 3              # beside SB3's A2C (rl-zoo's)
     python benchmarks/atari.py ceiling --seeds 3                 # what 2 cores could do at most
     python benchmarks/atari.py solve --env PongNoFrameskip-v4 --target 18 --seeds 1
     python benchmarks/atari.py solve --env MinAtar/Breakout-v1 --target 3 --seeds 3
@@ -13,6 +14,11 @@ score.
 and reports the median (over seeds) of the summary's ``frames_per_second`` (training phase,
 4 frames per agent step) per backend, worker count and network, and the steady-state rate
 (from the first game that ends past 20% of the budget to the last: start-up left out).
+``versus-sb3`` runs, alternately on each seed, the same budget of agent steps through
+`asyncrl train` (the defaults: 2 workers) and through Stable-Baselines3's A2C with rl-zoo's
+Atari settings (16 games in one process, t_max 5, RMSprop as TF's, `make_atari_env`'s
+preprocessing: the same frame skip of 4 and 84x84 frames), and reports each one's frames/s
+over its training phase (start-up and imports left out) and whole process, and the ratio.
 ``ceiling`` times, on one core, the pieces of a worker's step at the preset's sizes (the env
 alone, the act forward, the loss forward and backward), counts the network's floating-point work
 per agent step, and gives the frames/s two cores would reach if they did nothing else: the
@@ -213,6 +219,65 @@ def timeit(fn: Callable[[], object], n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
+# SB3's A2C as rl-baselines3-zoo runs it on Atari (hyperparams/a2c.yml, "atari"), in a process
+# of its own; the training phase is timed around learn(), as asyncrl's summary times its own
+SB3_A2C_ATARI = r"""
+import json, sys, time
+import ale_py, gymnasium as gym
+from stable_baselines3 import A2C
+from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+from stable_baselines3.common.vec_env import VecFrameStack
+
+gym.register_envs(ale_py)
+env_id, seed, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+env = VecFrameStack(make_atari_env(env_id, n_envs=16, seed=seed), n_stack=4)
+model = A2C(
+    "CnnPolicy", env, ent_coef=0.01, vf_coef=0.25, seed=seed, device="cpu",
+    policy_kwargs=dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)),
+)
+t0 = time.perf_counter()
+model.learn(total_timesteps=steps)
+print(json.dumps({"steps": model.num_timesteps, "train_seconds": time.perf_counter() - t0}))
+"""
+
+
+def versus_sb3(args: argparse.Namespace) -> None:
+    """asyncrl's defaults and SB3's A2C (rl-zoo's Atari settings) side by side, alternately on
+    each seed so that a slow minute of the machine falls on both."""
+    import json
+    import subprocess
+
+    ours: list[tuple[float, float]] = []  # (training-phase frames/s, whole-process frames/s)
+    theirs: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
+        for seed in range(args.seeds):
+            extra = ["--env", args.env, "--steps", str(args.steps), "--target-return", "1e9"]
+            s = run_train(seed, [*extra, *args.extra], Path(tmp))
+            ours.append((s["frames_per_second"], s["total_frames"] / s["process_seconds"]))
+            cmd = [sys.executable, "-c", SB3_A2C_ATARI, args.env, str(seed), str(args.steps)]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                sys.exit(f"SB3 failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+            frames = 4 * out["steps"]  # make_atari_env's frame skip
+            theirs.append((frames / out["train_seconds"], frames / wall))
+            print(
+                f"seed {seed}: asyncrl {ours[-1][0]:,.0f} frames/s (whole process "
+                f"{ours[-1][1]:,.0f}); SB3 A2C {theirs[-1][0]:,.0f} ({theirs[-1][1]:,.0f})",
+                flush=True,
+            )
+    a = [statistics.median(x[i] for x in ours) for i in (0, 1)]
+    b = [statistics.median(x[i] for x in theirs) for i in (0, 1)]
+    print(f"\n{args.env}, {args.steps:,} agent steps each, median of {args.seeds} seeds:")
+    print("| | training frames/s | whole-process frames/s |\n|---|---|---|")
+    print(f"| asyncrl (defaults, 2 workers) | {a[0]:,.0f} | {a[1]:,.0f} |")
+    print(f"| SB3 A2C (rl-zoo's Atari settings) | {b[0]:,.0f} | {b[1]:,.0f} |")
+    print(f"| ratio | {a[0] / b[0]:.2f}x | {a[1] / b[1]:.2f}x |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
@@ -236,13 +301,24 @@ def main() -> None:
     c.add_argument("--steps", type=int, default=300, help="env steps and forward passes timed")
     c.add_argument("--seeds", type=int, default=3)
     c.add_argument("--cores", type=int, default=2)
+    v = sub.add_parser("versus-sb3")
+    v.add_argument("--env", default="PongNoFrameskip-v4")
+    v.add_argument("--seeds", type=int, default=3)
+    v.add_argument("--steps", type=int, default=100_000, help="agent steps of each run")
+    v.add_argument("extra", nargs="*")
     s = sub.add_parser("solve")
     s.add_argument("--env", default="PongNoFrameskip-v4")
     s.add_argument("--target", type=float, default=18.0)
     s.add_argument("--seeds", type=int, default=1)
     s.add_argument("extra", nargs="*")
     args = p.parse_args()
-    modes = {"throughput": throughput, "env": env_only, "ceiling": ceiling, "solve": solve}
+    modes = {
+        "throughput": throughput,
+        "env": env_only,
+        "ceiling": ceiling,
+        "solve": solve,
+        "versus-sb3": versus_sb3,
+    }
     modes[args.mode](args)
     print(f"reproduce: python benchmarks/atari.py {shlex.join(sys.argv[1:])}")
 
