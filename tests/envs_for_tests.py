@@ -33,6 +33,10 @@ gym.register(
 )
 
 
+# episodes that never end: only a stop ends play on it
+gym.register("asyncrl-test/Endless-v0", entry_point=CounterEnv, max_episode_steps=None)
+
+
 class BadShapeEnv(CounterEnv):
     """Declares a 1-dim observation but returns a 3-dim one."""
 

@@ -2,6 +2,7 @@
 as best_model.pt, --which, the evaluation stop rule, and resume."""
 
 import csv
+import time
 
 import numpy as np
 import pytest
@@ -57,7 +58,7 @@ def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, mon
     seen: dict[int, np.ndarray] = {}
     calls = []
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
         k = len(calls)
         calls.append(k)
         seen[k] = params(policy.model)
@@ -88,7 +89,7 @@ def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monk
     calls: list[list[int]] = []
     scores = [200.0, 50.0, 50.0, 200.0, 150.0]
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
         calls.append(list(seeds))
         return [scores[len(calls) - 1]] * len(seeds)
 
@@ -119,7 +120,7 @@ def test_a_confirmation_counts_on_its_mean_less_its_standard_errors(
     confirmations = [[91.0, 111.0] * 50, [102.0] * 100]
     calls: list[int] = []
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
         calls.append(len(seeds))
         if len(seeds) == 10:
             return [200.0] * 10  # every screen passes
@@ -140,7 +141,7 @@ def test_a_confirmation_counts_on_its_mean_less_its_standard_errors(
 def test_no_confirmation_with_confirm_episodes_0(run_dir, monkeypatch):
     calls = []
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
         calls.append(len(seeds))
         return [200.0] * len(seeds)
 
@@ -235,6 +236,30 @@ def test_the_main_process_writes_its_models_on_one_thread_and_restores_the_calle
     finally:
         torch.set_num_threads(before)
     assert len(seen) >= 2 and set(seen) == {1}  # best_model.pt (each best) and model.pt
+
+
+def test_closing_the_evaluator_ends_the_evaluation_under_way():
+    """close() ends an evaluation at its next step and joins its thread: left running into the
+    interpreter's exit (an Atari evaluation takes a minute), the thread can be inside torch or
+    the emulator as C++ tears down ("terminate called without an active exception" at the end
+    of a run stopped by a signal). The episodes here never end, so only the stop ends them."""
+    from asyncrl.algos import make_algorithm
+    from asyncrl.config import preset
+    from asyncrl.envs import probe_env
+    from asyncrl.messages import GlobalSnapshot
+    from asyncrl.models import build_model, flatten_parameters
+
+    env = "tests.envs_for_tests:asyncrl-test/Endless-v0"
+    cfg = preset(None, env=env).validate()
+    spec = make_algorithm(cfg, probe_env(env)).model_spec()
+    flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
+    snap = GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
+    ev = evaluation.Evaluator(spec, "a3c", env, {}, episodes=2, deterministic=True, seed=0)
+    assert ev.submit(0, 0, 0.0, snap)
+    time.sleep(1.0)  # under way by now (it would be ended the same before its first step)
+    ev.close()
+    assert ev._thread is not None and not ev._thread.is_alive()
+    assert ev.results() == []  # an evaluation that was stopped is no result
 
 
 def test_no_evaluation_at_all_when_switched_off(run_dir):

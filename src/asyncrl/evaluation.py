@@ -20,6 +20,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ import torch
 
 from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, build_model, flatten_parameters
-from asyncrl.policy import Policy, play_episodes
+from asyncrl.policy import Policy, Stopped, play_episodes
 
 #: a tag mixed into the evaluation envs' seeds, so they never share a stream with a worker's
 _EVAL_STREAM = 0xE7A1
@@ -102,6 +103,7 @@ class Evaluator:
         self._results: queue.Queue[Evaluation] = queue.Queue()
         self._pending = 0  # submitted, not yet taken back (only the caller's thread counts)
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()  # close(): end the evaluation under way
 
     @property
     def busy(self) -> bool:
@@ -138,9 +140,13 @@ class Evaluator:
         return out + self.results()
 
     def close(self) -> None:
+        """End the thread, and the evaluation under way at its next step: a thread left
+        running into the interpreter's exit (an Atari evaluation of 10 games takes a minute)
+        can be inside torch or the emulator when C++ tears down under it."""
         if self._thread is not None:
+            self._stop.set()
             self._requests.put(None)
-            self._thread.join(timeout=5.0)
+            self._thread.join(timeout=60.0)
 
     # ------------------------------------------------------------------ the thread
     def _loop(self) -> None:
@@ -172,6 +178,8 @@ class Evaluator:
                     ev = Evaluation(
                         index, step, wall, tuple(returns), seconds, snap, None, confirmed, screen
                     )
+                except Stopped:  # close(): nobody waits for this answer
+                    break
                 except Exception as e:  # reported; the run goes on without evaluations
                     ev = Evaluation(index, step, wall, (), time.perf_counter() - t0, None, str(e))
                 self._results.put(ev)
@@ -188,11 +196,12 @@ class Evaluator:
         t0 = time.perf_counter()
         n = self.confirm[1] if self.confirm else 0
         seeds = eval_seeds(self.seed, index, self.episodes + n)
-        returns = play_episodes(policy, envs, seeds[: self.episodes], self.deterministic, rng)
+        play = partial(play_episodes, policy, envs, stop=self._stop)
+        returns = play(seeds[: self.episodes], self.deterministic, rng)
         screen = time.perf_counter() - t0
         if self.confirm is None or statistics.fmean(returns) < self.confirm[0]:
             return returns, False, screen
-        more = play_episodes(policy, envs, seeds[self.episodes :], self.deterministic, rng)
+        more = play(seeds[self.episodes :], self.deterministic, rng)
         return more, True, screen
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,18 +84,24 @@ class Policy:
         return a
 
 
+class Stopped(Exception):
+    """:func:`play_episodes` was told to stop before its episodes ended."""
+
+
 def play_episodes(
     policy: Policy,
     envs: Any,
     seeds: list[int],
     deterministic: bool = True,
     rng: np.random.Generator | None = None,
+    stop: threading.Event | None = None,
 ) -> list[float]:
     """Returns of ``len(seeds)`` whole episodes played in waves on the vector env ``envs``
     (:func:`asyncrl.envs.make_eval_vec_env`), one batched forward pass a step for the wave;
     each wave resets with its seeds (a natively vectorized env takes the first for the
     batch), and an env whose episode has ended is stepped on and ignored until the wave ends.
-    The same call gives the same returns."""
+    The same call gives the same returns. Raises :class:`Stopped` at the first step after
+    ``stop`` is set."""
     from asyncrl.envs import reset_vec_env
 
     n = envs.num_envs
@@ -106,6 +113,8 @@ def play_episodes(
         totals = np.zeros(n)
         live = np.arange(n) < len(wave)
         while live.any():
+            if stop is not None and stop.is_set():
+                raise Stopped
             actions = policy.act(obs, deterministic, rng)
             obs, reward, term, trunc, _ = envs.step(actions)
             totals += np.where(live, reward, 0.0)
