@@ -263,14 +263,17 @@ def interval(x: list[float], stat=iqm, seed: int = 0) -> tuple[float, float]:
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def curve(episodes_csv: Path, grid: np.ndarray, window: int = 100) -> list[float | None]:
-    """The mean return of the last ``window`` training episodes at each step of ``grid``."""
+def curve(
+    episodes_csv: Path, grid: np.ndarray, window: int = 100, by: str = "global_step"
+) -> list[float | None]:
+    """The mean return of the last ``window`` training episodes at each point of ``grid``, a
+    grid of global steps (or of the run's wall seconds, ``by="wall_seconds"``)."""
     import csv
 
     steps, returns = [], []
     with open(episodes_csv, newline="") as f:
         for row in csv.DictReader(f):
-            steps.append(int(row["global_step"]))
+            steps.append(float(row[by]))
             returns.append(float(row["return"]))
     if not returns:
         return [None] * len(grid)
@@ -351,6 +354,10 @@ def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Pa
         "curve_steps": grid.tolist(),
         "curve": curve(run_dir / "episodes.csv", grid),
     }
+    if task.timed:  # halfway too: Pong's 60 minutes of atari5 give its 30-minute figure
+        half = float(task.extras[1]) / 2
+        at = curve(run_dir / "episodes.csv", np.array([half]), by="wall_seconds")[0]
+        result |= {"half_seconds": half, "train_mean_at_half": at}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -459,9 +466,12 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
     ]
     for task in tasks:
         for r in load_results(results, task):
+            half = ""
+            if r.get("half_seconds") is not None:  # a timed task's, halfway through its time
+                half = f" ({fmt(r['train_mean_at_half'])} at {r['half_seconds'] / 60:g} min)"
             lines.append(
                 f"| {task.name} | {r['seed']} | {r['solved']} | {fmt(r['final_eval'])} | "
-                f"{fmt(r.get('final_train_mean'))} | {fmt(r['solve_seconds'])} s | "
+                f"{fmt(r.get('final_train_mean'))}{half} | {fmt(r['solve_seconds'])} s | "
                 f"{fmt(r['solve_steps'], 0)} | "
                 f"{fmt(r['process_seconds'])} s | {r['model']} |"
             )

@@ -34,6 +34,11 @@ def test_the_curve_is_the_rolling_mean_at_each_grid_step(tmp_path):
     got = suite.curve(csv, np.array([5, 10, 25, 40]), window=2)
     # no episode yet; mean of (1); mean of (1, 2); mean of (3, 4)
     assert got == [None, 1.0, 1.5, 3.5]
+    # by the run's wall time: the same episodes ending at 0.5, 1.0, 1.5 and 2.0 s
+    rows = rows[:1] + [f"{i + 1},0,{i + 1},10,{10 * (i + 1)},{0.5 * (i + 1)}" for i in range(4)]
+    csv.write_text("\n".join(rows) + "\n")
+    got = suite.curve(csv, np.array([0.4, 1.2, 2.0]), window=2, by="wall_seconds")
+    assert got == [None, 1.5, 3.5]
 
 
 def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatch):
@@ -90,6 +95,10 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
     result = tmp_path / "results" / "test" / "Timed" / "seed-2.json"
     r = suite.json.loads(result.read_text())
     assert r["seed"] == 2 and r["model"] == "model.pt" and len(r["final_eval_returns"]) == 2
+    # a timed task reads the training mean halfway through its time too
+    assert r["half_seconds"] == 30.0 and r["train_mean_at_half"] == pytest.approx(
+        r["final_train_mean"]
+    )
     assert r["command"].startswith("timeout -s INT 60 ") and "--seed 2" in r["command"]
     with pytest.raises(SystemExit):  # a finished seed is never overwritten
         suite.main()
@@ -130,12 +139,12 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
             "task": task.name, "seed": seed, "solved": False, "solve_seconds": None,
             "solve_steps": None, "total_steps": 100, "process_seconds": 3600.0, "model": "x",
             "final_eval": final, "final_train_mean": final - 1, "curve_steps": [0, 100],
-            "curve": [None, final],
+            "curve": [None, final], "half_seconds": 1800.0, "train_mean_at_half": final - 5,
         }  # fmt: skip
         (folder / f"seed-{seed}.json").write_text(suite.json.dumps(r))
     report = suite.report("atari5", [task], tmp_path, 3, tmp_path / "docs").read_text()
     assert "| 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
-    assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 |" in report
+    assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 (9.6 at 30 min) |" in report
 
 
 def test_a_sweep_scores_a_setting_over_its_seeds():
