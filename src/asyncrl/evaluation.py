@@ -213,7 +213,9 @@ MAX_EVAL_ENVS = 16
 def load_snapshot(model: torch.nn.Module, flat: torch.Tensor, snap: GlobalSnapshot) -> None:
     """Give ``model`` (whose parameters are views of ``flat``) the snapshot's parameters and
     observation statistics."""
-    flat.copy_(torch.from_numpy(snap.params))
+    # np.require copies only a read-only array (Ray's object store hands those out), which
+    # torch.from_numpy warns about even though nothing here writes to it
+    flat.copy_(torch.from_numpy(np.require(snap.params, requirements="W")))
     norm = getattr(model, "obs_norm", None)
     if norm is not None and snap.obs_stats is not None:
-        norm.stats.copy_(torch.from_numpy(snap.obs_stats))
+        norm.stats.copy_(torch.from_numpy(np.require(snap.obs_stats, requirements="W")))
