@@ -180,13 +180,14 @@ def test_kill_9_of_the_main_process_loses_at_most_one_interval(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["raise", "kill", "hang", "nan-obs"])
-def test_a_faulty_worker_is_restarted_and_the_run_reaches_its_target(fault, run_dir, capfd):
+def test_a_faulty_worker_is_restarted_and_the_run_reaches_its_target(fault, run_dir, capfd, seed):
+    """Measured (2026-11-24) on seeds 1-5 too, every fault (ASYNCRL_TEST_SEED=S)."""
     summary = asyncrl.train(
         env=f"asyncrl-test/CartPole-{fault}-v0",
         # A hung worker is only found after --worker-timeout; with a second worker the run could
         # reach its target first (seen in CI). Alone, it cannot get anywhere until restarted.
         workers=1 if fault == "hang" else 2,
-        seed=0,
+        seed=seed,
         steps=1_000_000,
         worker_timeout=2.0,
         run_dir=str(run_dir),
