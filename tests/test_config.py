@@ -83,6 +83,11 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
     assert (a3c.envs_per_worker, a3c.t_max, a3c.lr, a3c.optimizer) == (4, 20, 1.4e-3, "rmsprop")
     # what the user gives wins over both layers
     assert preset(None, env="PongNoFrameskip-v4", algo="appo", t_max=64).t_max == 64
+    # on Ray each minibatch's gradient is a call of its own, answered before the next
+    # minibatch (tests/backends/test_ray.py learns with it); A3C keeps its batch of 8
+    assert (pong.ray_batch, pong.ray_pipeline) == (1, 0)
+    assert (a3c.ray_batch, a3c.ray_pipeline) == (8, 1)
+    assert preset(None, env="CartPole-v1", algo="appo", ray_batch=4).ray_batch == 4
 
 
 QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-progress"]

@@ -707,6 +707,13 @@ _APPO: dict[str, Any] = dict(
     normalize_advantage=True,
     max_grad_norm=0.5,
     lr_schedule="constant",
+    # Ray: each minibatch's gradient goes to the server alone and the worker waits for the
+    # parameters it produced, so the next minibatch is taken at them (as on shared memory).
+    # A3C's batch of 8 with a call in flight left 8-16 minibatches taken at one stale copy
+    # (median lag 27): ratio near 1, nothing clipped, and CartPole collapsed to a fixed
+    # action on 1 run of 3 where this solved 3 of 3 (docs/ray.md#appo-on-ray)
+    ray_batch=1,
+    ray_pipeline=0,
 )
 _PPO_LOCOMOTION: dict[str, Any] = dict(
     envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4
