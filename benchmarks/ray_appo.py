@@ -4,8 +4,8 @@
 Builds the learning test's cluster (two nodes of one CPU, on loopback, token auth) and trains
 APPO with V-trace on CartPole-v1 with 2 workers, alternately in each setting, ``--runs`` times
 on one seed: Ray's timing is not reproducible, so the same seed gives different runs. Prints
-per run whether it solved (the confirmed evaluation), in how many env steps, the median lag of
-the applied gradients and the run's wall time.
+per run whether it solved (the confirmed evaluation), in how many env steps, the run's wall
+time and the staleness of the applied gradients (the line a Ray run prints).
 
     scripts/loopback python benchmarks/ray_appo.py --seed 5 --runs 3
 """
@@ -26,15 +26,6 @@ SETTINGS = {
 }
 
 
-def median_lag(lags: dict) -> int | None:
-    n, seen = sum(lags.values()), 0
-    for lag in sorted(lags, key=int):
-        seen += lags[lag]
-        if seen >= n / 2:
-            return int(lag)
-    return None
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seed", type=int, default=5)
@@ -48,6 +39,7 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     import asyncrl
+    from asyncrl.backends.ray import staleness_line
 
     head = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args=head)
@@ -73,8 +65,9 @@ def main() -> None:
                     )
                     print(
                         f"{name} run {run}: solved {s['solved']} at {s['solve_steps']} env "
-                        f"steps; last 100 episodes {s['rolling_return']:.1f}; median lag "
-                        f"{median_lag(s['lags'])}; {time.perf_counter() - t0:.0f} s",
+                        f"steps; last 100 episodes {s['rolling_return']:.1f}; "
+                        f"{time.perf_counter() - t0:.0f} s; "
+                        f"{staleness_line(s['lags'], s['dropped'])}",
                         flush=True,
                     )
     finally:
