@@ -140,3 +140,20 @@ def test_a_value_of_the_wrong_type_is_named_not_a_traceback():
         Config(steps=1000.5).validate()  # type: ignore[arg-type]
     with pytest.raises(UserError, match="--ray-grad-dtype: got 'float16', choose one of"):
         Config(backend="ray", ray_grad_dtype="float16").validate()  # type: ignore[arg-type]
+
+
+def test_a_probe_travels_only_to_a_run_of_the_env_it_probed():
+    # train(info=...) takes the caller's probe instead of building the env again: a probe of
+    # another env, or of the same env with other gymnasium.make arguments, is refused
+    from asyncrl.algos import REGISTRY
+    from asyncrl.config import ACTION_KINDS
+    from asyncrl.envs import probed
+    from asyncrl.errors import UserError
+
+    info = probe_env("LunarLander-v3", {"continuous": True})
+    assert info.action.kind == "box" and probed(info, "LunarLander-v3", {"continuous": True}) is info
+    with pytest.raises(UserError, match="probe it with the run's --env-kwargs"):
+        probed(info, "LunarLander-v3", {})
+    with pytest.raises(UserError, match="a probe of 'LunarLander-v3'"):
+        probed(info, "CartPole-v1")
+    assert set(ACTION_KINDS) == set(REGISTRY)  # every algorithm says what actions it takes

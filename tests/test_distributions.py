@@ -139,11 +139,10 @@ def test_squashed_gaussian_log_prob_is_that_of_the_tanh_of_the_sample():
 
 
 def test_squash_is_refused_for_discrete_actions():
-    from asyncrl.algos import make_algorithm
     from asyncrl.config import Config
     from asyncrl.envs import probe_env
     from asyncrl.errors import UserError
 
     cfg = Config(env="CartPole-v1", squash=True)
     with pytest.raises(UserError, match=r"--squash: .*Discrete"):
-        make_algorithm(cfg, probe_env(cfg.env)).model_spec()
+        cfg.check_env(probe_env(cfg.env))

@@ -201,3 +201,20 @@ def test_normalised_runs_share_checkpoint_and_freeze_their_statistics(backend, t
     resumed = asyncrl.train(resume=run_dir, steps=6_000, progress=False)
     after = load_checkpoint(run_dir)["glob"].obs_stats
     assert after[0] > stats[0] and resumed["total_steps"] >= 6_000  # restored, then grown
+
+
+def test_every_core_name_is_built_and_says_whether_it_has_memory():
+    # the CLI's --core choices are the cores models.CORES builds; a core with memory (a state
+    # of its own) must be replayed whole (Core.sequential), which APPO's minibatches follow
+    import typing
+
+    from asyncrl.config import CoreName
+    from asyncrl.models import CORES
+
+    assert set(typing.get_args(CoreName)) == set(CORES)
+    for name, build in CORES.items():
+        core = build(6, 4)
+        x, first = torch.randn(3, 6), torch.tensor([False, True, False])
+        h, state = core.step(x, core.initial_state(3), first)
+        assert h.shape == (3, core.out_dim)
+        assert core.sequential == (state[0].numel() > 0), name

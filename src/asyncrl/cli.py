@@ -137,7 +137,7 @@ def _train(ns: argparse.Namespace) -> int:
         # its own; a bad env id (or config) is refused here, before Ray starts.
         env = given.get("env", Config.env)
         info = probe_env(env, parse_env_kwargs(given.get("env_kwargs", ())))
-        cfg = preset(ns.preset, info=info, **given).validate()
+        cfg = preset(ns.preset, info=info, **given).validate().check_env(info)
         with _cluster_while_importing(cfg):
             from asyncrl.trainer import train
 

@@ -37,6 +37,20 @@ def _frames_per_step(env: str) -> int:
         return 1
 
 
+#: The network cores (asyncrl.models.CORES builds them): a new core is a name here and its class
+CoreName = Literal["none", "lstm", "gru"]
+
+#: The action spaces each algorithm takes: the Q methods' argmax needs a finite set of actions;
+#: the actor-critics sample a categorical or a Gaussian.
+ACTION_KINDS: dict[str, tuple[str, ...]] = {
+    "a3c": ("discrete", "box"),
+    "appo": ("discrete", "box"),
+    "nstep-q": ("discrete",),
+    "onestep-q": ("discrete",),
+    "onestep-sarsa": ("discrete",),
+}
+
+
 @dataclass
 class Config:
     """A training run. Defaults are the tuned CartPole preset; ``--preset paper`` gives the
@@ -181,9 +195,9 @@ class Config:
     """A3C with Box actions: squash Gaussian samples into the bounds with tanh (the
     log-probability takes the change of variables) instead of clipping them (the default, as
     SB3's)"""
-    core: Literal["none", "lstm", "gru"] = "none"
+    core: CoreName = "none"
     """the network's core between the encoder and the heads: none (feed-forward), an LSTM (the
-    paper's recurrent agent) or a GRU; a recurrent core for A3C, n-step Q and one-step Q"""
+    paper's recurrent agent) or a GRU; a recurrent core for A3C, APPO, n-step Q and one-step Q"""
     lstm_size: int | None = None
     """cells of the recurrent core, LSTM or GRU (default: 256 for images, 128 otherwise)"""
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
@@ -520,6 +534,34 @@ class Config:
         log-std needs no range beyond being finite, which :meth:`_check_values` sees to)."""
         _need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
 
+    def check_env(self, info: EnvInfo) -> Config:
+        """Raise :class:`UserError` where the config does not fit the env's probe: the
+        algorithm must take its action space, and the observation and action options must fit
+        its spaces. Imports no PyTorch, so that the CLI refuses bad input before it starts Ray
+        (which it does while PyTorch is imported)."""
+        kinds = ACTION_KINDS[self.algo]
+        if info.action.kind not in kinds:
+            takers = [a for a, k in ACTION_KINDS.items() if info.action.kind in k]
+            need = " or ".join(k.capitalize() for k in kinds)
+            raise UserError(
+                f"--env: {info.env_id} has a {info.action.describe()} action space, but "
+                f"{self.algo} needs a {need} one; use --algo {' / '.join(takers)}, or an env "
+                f"with {need} actions"
+            )
+        _need(
+            not self.normalize_obs or len(info.obs_shape) == 1,
+            "normalize-obs",
+            f"{info.env_id} has {info.obs_shape} observations; normalisation is for vector "
+            "observations (images are scaled by 1/255 in the network)",
+        )
+        _need(
+            not self.squash or info.action.kind == "box",
+            "squash",
+            f"{info.env_id} has {info.action.describe()} actions; squashing is for Box actions "
+            "(drop --squash)",
+        )
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -638,30 +680,28 @@ _PRESETS: dict[str, dict[str, Any]] = {
         reward_scale=0.125,
         normalize_obs=True,
         # the lr anneals to 0 over the budget, and Pendulum's policy must settle to pass a
-        # confirmed greedy evaluation: 600k solved 4 of 5 seeds (median 27 s), 2M 2 of 5
-        # (docs/benchmarks.md#appo-and-v-trace)
+        # confirmed greedy evaluation: a short budget lets it settle sooner (600k against 2M:
+        # docs/presets.md)
         steps=600_000,
     ),
     # MuJoCo locomotion (HalfCheetah, Hopper, Walker2d, Ant, ...): tuned on HalfCheetah-v5
     # (docs/presets.md): the paper's gamma 0.99 with GAE(0.95), observations normalised,
     # rewards scaled by 1/10, a narrower initial Gaussian, gradient clipping, no entropy bonus
-    # APPO by default (its layer below): HalfCheetah-v5 at 1M steps scored 6,046, 5,049 and
-    # 5,194 where A3C's best setting had a median of 3,129 with two seeds in five in a poor
-    # gait (docs/benchmarks.md#appo-and-v-trace); --algo a3c gets A3C's settings above
+    # APPO by default (its layer below): it scored about twice A3C's best setting on
+    # HalfCheetah-v5 at 1M steps, where A3C left some seeds in a poor gait (the figures:
+    # docs/presets.md); --algo a3c gets A3C's settings above
     "mujoco": dict(_LOCOMOTION, steps=1_000_000, algo="appo"),
     # Box2D with Box actions (BipedalWalker, CarRacing): rewards that come at the end of long
     # episodes (the far end of the course), for which control's gamma 0.9 is short-sighted;
     # mujoco's settings, measured on BipedalWalker and LunarLanderContinuous (docs/presets.md).
-    # A3C: on BipedalWalker it reached 200 at 18 minutes where APPO in mujoco's shape was at -80
+    # A3C: on BipedalWalker it walked long before APPO in mujoco's shape (docs/presets.md)
     "box2d": dict(_LOCOMOTION, steps=5_000_000),
-    # LunarLanderContinuous: box2d's settings with APPO, which solved it on 3 seeds of 3 (kept
-    # models 216-228, median 29 s) where box2d's A3C solved none in 3M steps
-    # (docs/benchmarks.md#classic-control-and-box2d-on-the-defaults)
+    # LunarLanderContinuous: box2d's settings with APPO, which solved it on every seed tried
+    # where box2d's A3C solved none (docs/presets.md)
     "box2d-lander": dict(_LOCOMOTION, steps=3_000_000, algo="appo"),
     # Box2D with discrete actions (LunarLander-v3): the vector-observation defaults with APPO,
-    # which solved it on 3 seeds of 3 (kept models 213-245, median 1.45M steps) where A3C on
-    # the same defaults solved none in 3M steps (docs/benchmarks.md#classic-control-and-box2d-
-    # on-the-defaults); --algo a3c gets cartpole's A3C
+    # which solved it on every seed tried where A3C on the same defaults solved none
+    # (docs/presets.md); --algo a3c gets cartpole's A3C
     "box2d-discrete": dict(algo="appo", steps=3_000_000),
     # MinAtar's 10x10 games: small conv net, CartPole-like batch settings
     "minatar": dict(
@@ -709,9 +749,9 @@ _APPO: dict[str, Any] = dict(
     lr_schedule="constant",
     # Ray: each minibatch's gradient goes to the server alone and the worker waits for the
     # parameters it produced, so the next minibatch is taken at them (as on shared memory).
-    # A3C's batch of 8 with a call in flight left 8-16 minibatches taken at one stale copy
-    # (median lag 27): ratio near 1, nothing clipped, and CartPole collapsed to a fixed
-    # action on 1 run of 3 where this solved 3 of 3 (docs/ray.md#appo-on-ray)
+    # A3C's batch of 8 with a call in flight left 8-16 minibatches taken at one stale copy:
+    # the ratio stays near 1, nothing is clipped, and CartPole could collapse to a fixed
+    # action (the runs: docs/ray.md#appo-on-ray)
     ray_batch=1,
     ray_pipeline=0,
 )

@@ -97,6 +97,8 @@ class EnvInfo:
     frames_per_step: int = 1
     #: the preset the env calls for where the user names none (:func:`preset_for`)
     preset: str = "cartpole"
+    #: the ``gymnasium.make`` arguments the env was probed with (--env-kwargs)
+    env_kwargs: tuple[tuple[str, Any], ...] = ()
 
     @property
     def obs_dim(self) -> int:
@@ -302,6 +304,7 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
         max_episode_steps=spec.max_episode_steps,
         frames_per_step=4 if is_atari(spec) else 1,  # the DeepMind action repeat
         preset=preset_for(spec, action) or "cartpole",
+        env_kwargs=tuple(sorted((kwargs or {}).items())),
     )
 
 
@@ -311,6 +314,11 @@ def probed(info: EnvInfo | None, env_id: str, kwargs: dict[str, Any] | None = No
         return probe_env(env_id, kwargs)
     if info.env_id != env_id:
         raise UserError(f"info: a probe of {info.env_id!r}, but the run's env is {env_id!r}")
+    if dict(info.env_kwargs) != (kwargs or {}):
+        raise UserError(
+            f"info: a probe of {env_id} with env kwargs {dict(info.env_kwargs)}, but the run "
+            f"gives it {kwargs or {}}: probe it with the run's --env-kwargs"
+        )
     return info
 
 

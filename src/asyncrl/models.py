@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from asyncrl.config import CoreName
 from asyncrl.distributions import Distribution, distribution_for
 from asyncrl.envs import ActionSpace
 
 Encoder = Literal["mlp", "a3c", "nature", "minatar"]
-CoreName = Literal["none", "lstm", "gru"]
 
 
 @dataclass(frozen=True)
@@ -296,6 +296,10 @@ class Core(nn.Module):
     restarts from zero. A new core is a subclass and a line in :data:`CORES`."""
 
     out_dim: int
+    #: whether a step's output depends on earlier steps: then a rollout can only be replayed
+    #: whole, from the state at its start (APPO's minibatches are groups of envs), where a
+    #: core without memory can take any set of transitions
+    sequential: bool = True
 
     def initial_state(self, batch: int) -> torch.Tensor:
         raise NotImplementedError
@@ -320,6 +324,8 @@ class Core(nn.Module):
 
 class IdentityCore(Core):
     """No memory: the features pass through, with an empty state ``(B, 0)``."""
+
+    sequential = False
 
     def __init__(self, d_in: int, size: int):
         super().__init__()

@@ -21,7 +21,8 @@ class Policy:
 
     It acts through the algorithm's :meth:`~asyncrl.algos.base.Algorithm.eval_step`, the network
     call training acts through, and keeps the core's state of each env it is given (empty for
-    a feed-forward net): call :meth:`reset` when an episode starts."""
+    a feed-forward net): call :meth:`reset` when every env starts an episode, or pass
+    ``first`` to :meth:`act` for the envs of a batch that start one."""
 
     def __init__(
         self,
@@ -51,10 +52,12 @@ class Policy:
         obs: np.ndarray,
         deterministic: bool = True,
         rng: np.random.Generator | None = None,
+        first: np.ndarray | None = None,
     ) -> np.ndarray | int:
         """Action(s) for one observation (shape ``obs_shape``) or a batch (``(N, *obs_shape)``),
         one env per row; the core's state starts from zero after :meth:`reset` (or when the
-        batch size changes).
+        batch size changes), and for the rows where ``first`` (``(N,)`` booleans) says an
+        episode starts with this observation, as training marks them.
 
         ``deterministic=False`` samples from the policy with ``rng`` (default: a fresh,
         unseeded generator); the Q methods have no stochastic policy of their own and refuse.
@@ -76,8 +79,16 @@ class Policy:
         if state is None or state.shape[0] != n:
             state = self.model.initial_state(n)
         rng = rng if rng is not None else np.random.default_rng()
-        first = torch.zeros(n, dtype=torch.bool)  # a fresh state is already zero
-        a, self.state = self._eval_step(self.model, x, state, first, deterministic, rng)
+        starts = torch.zeros(n, dtype=torch.bool)  # a fresh state is already zero
+        if first is not None:
+            flags = np.asarray(first, dtype=bool)
+            if flags.shape != (n,):
+                raise UserError(
+                    f"Policy.act: first has shape {flags.shape}; give one flag per observation, "
+                    f"({n},)"
+                )
+            starts = torch.from_numpy(flags)
+        a, self.state = self._eval_step(self.model, x, state, starts, deterministic, rng)
         a = self.spec.action.to_env(a)  # as the workers step their envs: clipped, or squashed
         if single:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]

@@ -57,8 +57,12 @@ def train(
     t0 = time.perf_counter()
     cfg, ckpt, info = _config(cfg, resume, info, overrides)
     algo = make_algorithm(cfg, info)
+    spec = algo.model_spec()
+    if ckpt is not None:  # a checkpoint that does not fit is bad input: refused before Ray starts
+        fresh = GlobalState.create(cfg, spec, 1, algo.uses_target_network, shared=False)
+        fresh.check_fits(ckpt["glob"], Path(str(cfg.run_dir)))
     with cluster_for(cfg) as cluster, _one_thread():
-        return _run(cfg, ckpt, info, algo, worker_count(cfg, cluster), t0)
+        return _run(cfg, ckpt, info, algo, spec, worker_count(cfg, cluster), t0)
 
 
 @contextmanager
@@ -81,15 +85,14 @@ def _run(
     ckpt: dict[str, Any] | None,
     info: EnvInfo,
     algo: Algorithm,
+    spec: ModelSpec,
     n_workers: int,
     t0: float,
 ) -> dict[str, Any]:
     """The run itself, on its cluster: the global state, the workers, and what they leave."""
-    spec = algo.model_spec()
     state = GlobalState.create(cfg, spec, n_workers, algo.uses_target_network)
     if ckpt is not None and cfg.run_dir is not None:  # resuming: run_dir is the resumed one
         run_dir = RunDir(Path(cfg.run_dir))
-        state.check_fits(ckpt["glob"], run_dir.path)
         state.restore(ckpt["glob"])
     else:
         run_dir = RunDir.create(cfg.run_dir, cfg.env, cfg.algo)
@@ -171,15 +174,16 @@ def _config(
             env = overrides.get("env", Config.env)
             kwargs = parse_env_kwargs(overrides.get("env_kwargs", ()))
             info = probed(info, env, kwargs)
-            return preset(None, info=info, **overrides).validate(), None, info
+            return preset(None, info=info, **overrides).validate().check_env(info), None, info
         cfg = dataclasses.replace(cfg, **overrides).validate()
-        return cfg, None, probed(info, cfg.env, cfg.env_kwargs_dict)
+        info = probed(info, cfg.env, cfg.env_kwargs_dict)
+        return cfg.check_env(info), None, info
     run_dir = RunDir.existing(resume, "config", flag="--resume")
     overrides = {k: v for k, v in overrides.items() if k != "run_dir"}
     saved = Config.from_dict(run_dir.read_config())
     cfg = dataclasses.replace(saved, **overrides, run_dir=str(run_dir)).validate()
     info = probed(info, cfg.env, cfg.env_kwargs_dict)
-    return cfg, load_checkpoint(run_dir.path), info
+    return cfg.check_env(info), load_checkpoint(run_dir.path), info
 
 
 def _summary(

@@ -254,3 +254,28 @@ def test_a_saved_recurrent_q_policy_keeps_its_state_and_acts_greedily(core):
     with pytest.raises(UserError, match="greedily"):
         policy.act(obs[0], deterministic=False)
     assert policy.state is None  # refused before the state moved on
+
+
+def test_a_policy_restarts_the_state_of_the_envs_of_a_batch_whose_episode_starts(core):
+    # Policy.act(first=...): an API user stepping a vector env restarts the envs that reset,
+    # and only those, as the workers do
+    from asyncrl.errors import UserError
+    from asyncrl.policy import Policy
+
+    algo, model = make(core=core)
+    obs = np.random.default_rng(0).normal(size=(3, 2, 3)).astype(np.float32)
+    batch = Policy(model, "a3c", algo.model_spec(), "Test-v0")
+    alone = [Policy(model, "a3c", algo.model_spec(), "Test-v0") for _ in range(2)]
+    for t in range(3):
+        restart = np.array([t == 2, False])  # env 0 starts a new episode at step 2
+        batch.act(obs[t], first=restart)
+        for i in range(2):
+            if restart[i]:
+                alone[i].reset()
+            alone[i].act(obs[t, i])
+    assert batch.state is not None
+    for i in range(2):
+        torch.testing.assert_close(batch.state[i : i + 1], alone[i].state)
+    assert not torch.equal(batch.state[0], batch.state[1])
+    with pytest.raises(UserError, match="one flag per observation"):
+        batch.act(obs[0], first=np.array([True]))

@@ -974,3 +974,37 @@ def test_sharded_servers_on_the_cluster_take_one_decision_per_gradient(cluster):
     finally:
         for s in servers:
             ray.kill(s)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--env", "Pendulum-v1", "--algo", "nstep-q"], "nstep-q needs a Discrete one"),
+        (["--squash"], "--squash: CartPole-v1 has Discrete actions"),
+        (["--env", "MinAtar/Breakout-v1", "--normalize-obs"], "normalisation is for vector"),
+        (["--resume", "RUN", "--no-normalize-obs"], "was trained with --normalize-obs"),
+    ],
+)
+def test_bad_input_is_refused_before_ray_starts(args, needle, monkeypatch, tmp_path, capsys):
+    # the CLI starts Ray while PyTorch is imported: every check of the config against the env
+    # (and of a checkpoint against the config) must come before that, for new runs and resumes
+    from asyncrl.backends.ray import cluster as ray_cluster
+    from asyncrl.cli import main
+
+    run = tmp_path / "run"
+    if "RUN" in args:
+        asyncrl.train(
+            backend="threads", workers=1, steps=600, normalize_obs=True, progress=False,
+            tensorboard=False, run_dir=str(run),
+        )  # fmt: skip
+        args = [str(run) if a == "RUN" else a for a in args]
+    else:
+        args = [*args, "--run-dir", str(run)]
+
+    def start_ray(cfg):
+        raise RuntimeError("Ray started")
+
+    monkeypatch.setattr(ray_cluster, "start_ray", start_ray)
+    assert main(["train", "--backend", "ray", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1

@@ -42,7 +42,6 @@ from asyncrl.targets import gae_advantages, nstep_returns, vtrace
 
 class A3C(Algorithm):
     name = "a3c"
-    action_kinds = ("discrete", "box")
 
     def model_spec(self) -> ModelSpec:
         return model_spec_for(self.cfg, "actor-critic", self.info)

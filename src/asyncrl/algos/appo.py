@@ -57,19 +57,21 @@ class APPO(A3C):
     ) -> Iterator[Callable[[], tuple[torch.Tensor, dict[str, float]]]]:
         prepared: list[tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]] = []
         for _ in range(self.cfg.epochs):
-            for times, envs in self.minibatches(rollout):
+            for times, envs in self.minibatches(rollout, model.core.sequential):
                 yield partial(self.minibatch_loss, model, rollout, times, envs, prepared)
 
-    def minibatches(self, rollout: Rollout) -> list[tuple[np.ndarray, np.ndarray]]:
+    def minibatches(
+        self, rollout: Rollout, sequential: bool
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """One pass's minibatches, each the ``(times, envs)`` indices ``(L, n)`` of n
-        sequences of L steps. A core that carries state replays whole sequences from the
-        rollout's start (L = T: a minibatch is a group of envs); a feed-forward net learns
-        from any transitions (L = 1: a random set of the valid ones, which decorrelates the
-        minibatches as SB3's and CleanRL's shuffles do; Sample Factory's ``recurrence`` is
-        the same choice)."""
+        sequences of L steps. A ``sequential`` core (one with memory) replays whole sequences
+        from the rollout's start (L = T: a minibatch is a group of envs); without memory the
+        network learns from any transitions (L = 1: a random set of the valid ones, which
+        decorrelates the minibatches as SB3's and CleanRL's shuffles do; Sample Factory's
+        ``recurrence`` is the same choice)."""
         T, B = rollout.t_max, rollout.num_envs
         m = self.cfg.minibatches
-        if self.cfg.core != "none":
+        if sequential:
             groups = np.array_split(self.rng.permutation(B), min(m, B))
             return [(np.arange(T)[:, None].repeat(len(g), 1), g[None].repeat(T, 0)) for g in groups]
         flat = self.rng.permutation(np.flatnonzero(rollout.valid))

@@ -26,7 +26,6 @@ from torch import nn
 
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
-from asyncrl.errors import UserError
 from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 
@@ -39,8 +38,6 @@ class Algorithm(ABC):
     uses_target_network: bool = False
     #: apply the update as soon as an episode ends instead of after the full rollout
     update_at_episode_end: bool = False
-    #: action space kinds the algorithm takes
-    action_kinds: tuple[str, ...] = ("discrete",)
     #: each update is computed at the current global parameters (pulled just before it), not
     #: at those that acted: the rollout is then off-policy, and the loss corrects for it with
     #: the recorded behaviour log-probabilities (APPO, --vtrace)
@@ -172,16 +169,6 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
             encoder = "mlp"
         else:
             encoder = "minatar" if min(shape[:2] if channels_last else shape[1:]) < 36 else "a3c"
-    if cfg.normalize_obs and len(shape) != 1:
-        raise UserError(
-            f"--normalize-obs: {info.env_id} has {shape} observations; normalisation is for "
-            "vector observations (images are scaled by 1/255 in the network)"
-        )
-    if cfg.squash and info.action.kind != "box":
-        raise UserError(
-            f"--squash: {info.env_id} has {info.action.describe()} actions; squashing is for "
-            "Box actions (drop --squash)"
-        )
     return ModelSpec(
         kind=kind,
         obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
