@@ -151,7 +151,8 @@ def test_a_probe_travels_only_to_a_run_of_the_env_it_probed():
     from asyncrl.errors import UserError
 
     info = probe_env("LunarLander-v3", {"continuous": True})
-    assert info.action.kind == "box" and probed(info, "LunarLander-v3", {"continuous": True}) is info
+    assert info.action.kind == "box"
+    assert probed(info, "LunarLander-v3", {"continuous": True}) is info
     with pytest.raises(UserError, match="probe it with the run's --env-kwargs"):
         probed(info, "LunarLander-v3", {})
     with pytest.raises(UserError, match="a probe of 'LunarLander-v3'"):
