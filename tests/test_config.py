@@ -145,8 +145,6 @@ def test_a_value_of_the_wrong_type_is_named_not_a_traceback():
 def test_a_probe_travels_only_to_a_run_of_the_env_it_probed():
     # train(info=...) takes the caller's probe instead of building the env again: a probe of
     # another env, or of the same env with other gymnasium.make arguments, is refused
-    from asyncrl.algos import REGISTRY
-    from asyncrl.config import ACTION_KINDS
     from asyncrl.envs import probed
     from asyncrl.errors import UserError
 
@@ -157,4 +155,12 @@ def test_a_probe_travels_only_to_a_run_of_the_env_it_probed():
         probed(info, "LunarLander-v3", {})
     with pytest.raises(UserError, match="a probe of 'LunarLander-v3'"):
         probed(info, "CartPole-v1")
-    assert set(ACTION_KINDS) == set(REGISTRY)  # every algorithm says what actions it takes
+
+
+def test_every_algorithm_says_which_action_spaces_it_takes():
+    # Config.check_env refuses an action space from this table, before any PyTorch import
+    from asyncrl.algos import REGISTRY
+    from asyncrl.config import ACTION_KINDS
+
+    assert set(ACTION_KINDS) == set(REGISTRY)
+    assert ACTION_KINDS["a3c"] == ("discrete", "box") and ACTION_KINDS["nstep-q"] == ("discrete",)
