@@ -127,6 +127,39 @@ def test_uint8_pixels_are_scaled_inside_the_network():
     torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("encoder", ["a3c", "nature"])
+def test_the_learning_pass_computes_what_plain_nchw_convolutions_compute(encoder):
+    """The encoder runs its convs on NHWC memory when gradients are on (faster backward);
+    the features and every parameter's gradient must be those of the plain NCHW layers."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = build_model(dataclass_replace(IMAGE, encoder=encoder))
+    enc = model.encoder
+    x = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    w = torch.randn(enc.out_dim)
+    layouts: list[bool] = []
+    enc.convs[0].register_forward_pre_hook(
+        lambda _, args: layouts.append(args[0].is_contiguous(memory_format=torch.channels_last))
+    )
+    (enc(x) @ w).sum().backward()
+    got = [p.grad.clone() for p in enc.parameters()]
+    with torch.no_grad():
+        acted = enc(x)
+    assert layouts == [True, False]  # NHWC to learn, NCHW to act
+    enc.zero_grad()
+    y = x.float() / 255.0
+    for conv in enc.convs:
+        y = F.relu(F.conv2d(y, conv.weight, conv.bias, conv.stride))
+    ref = F.relu(F.linear(y.reshape(6, -1), enc.fc.weight, enc.fc.bias))
+    (ref @ w).sum().backward()
+    torch.testing.assert_close(acted, ref.detach())
+    # the two layouts sum in different orders: rounding apart (a seed whose pre-activation
+    # lands within rounding of 0 flips that ReLU's gradient; seed 0 has none)
+    for g, p in zip(got, enc.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+
+
 def test_gaussian_head_gives_mean_and_state_independent_log_std():
     model = build_model(ModelSpec("actor-critic", (3,), BOX, hidden=(8,)))
     params, v = forward(model, torch.randn(5, 3))
