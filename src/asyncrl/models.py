@@ -198,7 +198,7 @@ class ConvEncoder(nn.Module):
         if torch.is_grad_enabled():
             # The learning pass: oneDNN's conv backward is several times faster on NHWC input
             # than on NCHW on this CPU (the whole pass, forward and backward, about 0.8x the
-            # time; docs/benchmarks.md#atari-faster-acting-tried). Done before the float
+            # time; docs/benchmarks.md#atari-a-faster-worker-step). Done before the float
             # conversion, which keeps the layout: uint8 pixels are a quarter of the bytes. The
             # acting pass, without gradients, keeps NCHW: there NHWC measured no faster.
             x = x.contiguous(memory_format=torch.channels_last)
