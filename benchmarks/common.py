@@ -41,13 +41,27 @@ def run_train(seed: int, extra: list[str], workdir: Path) -> dict:
 def first_crossing(episodes_csv: Path, threshold: float, window: int = 100) -> int | None:
     """Global step at which the mean return of the last ``window`` episodes first reached
     ``threshold`` (CartPole-v0's 195, say), from the run's episodes.csv."""
+    hit = crossings(episodes_csv, [threshold], window)[threshold]
+    return None if hit is None else hit[0]
+
+
+def crossings(
+    episodes_csv: Path, thresholds: list[float], window: int = 100
+) -> dict[float, tuple[int, float] | None]:
+    """For each threshold, the global step and the run's wall seconds at which the mean return
+    of the last ``window`` episodes first reached it (None: never), from its episodes.csv."""
     last: collections.deque[float] = collections.deque(maxlen=window)
+    hits: dict[float, tuple[int, float] | None] = dict.fromkeys(thresholds)
     with episodes_csv.open() as f:
         for row in csv.DictReader(f):
             last.append(float(row["return"]))
-            if len(last) == last.maxlen and sum(last) / len(last) >= threshold:
-                return int(row["global_step"])
-    return None
+            if len(last) < window:
+                continue
+            mean = sum(last) / window
+            for th in thresholds:
+                if hits[th] is None and mean >= th:
+                    hits[th] = (int(row["global_step"]), float(row["wall_seconds"]))
+    return hits
 
 
 def steady_rate(episodes_csv: Path, budget: int, start: float = 0.2) -> float:

@@ -4,6 +4,7 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py quick --seeds 5     # minutes: CartPole, Acrobot, MinAtar, Pendulum
     python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
     python benchmarks/suite.py atari --seeds 3     # Pong, Breakout: 30 min each (hours)
+    python benchmarks/suite.py pong30 --seeds 3    # Pong for 30 min: A3C, APPO, APPO with GAE
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
 
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from common import crossings
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the evaluation's starts: none of them is a training env's or an evaluation-during-training's
@@ -61,6 +63,9 @@ class Task:
     #: (random, human) scores: the report adds the human-normalised score (score - random) /
     #: (human - random) of the final evaluation
     human: tuple[float, float] | None = None
+    #: scores whose first crossing by the mean of the last 100 training episodes the report
+    #: gives per seed, in frames (steps where a step is one frame) and minutes
+    milestones: tuple[float, ...] = ()
 
     @property
     def timed(self) -> bool:
@@ -102,6 +107,21 @@ def atari_hour(game: str) -> Task:
         baseline=f"paper's A3C, 16 cores: {at_40m} at 40M frames, {at_1h} after one hour",
         extras=("timeout", "3600"),
         human=ATARI_HUMAN[game],
+    )
+
+
+def pong30(setting: str, *args: str) -> Task:
+    """Pong for 30 minutes with the atari preset and ``args``, stopped at a mean of 18."""
+    return Task(
+        f"Pong-{setting}",
+        "PongNoFrameskip-v4",
+        18.0,
+        args,
+        eval_episodes=10,
+        baseline="issue #28: 18 within 30 minutes on every seed",
+        extras=("timeout", "1800"),
+        human=ATARI_HUMAN["Pong"],
+        milestones=(-19.0, -15.0, -10.0, 0.0, 10.0, 18.0),
     )
 
 
@@ -234,6 +254,17 @@ SUITES: dict[str, list[Task]] = {
     ],
     # the paper's five games (Figure 1), an hour each on this machine: 5 hours a seed
     "atari5": [atari_hour(g) for g in ("BeamRider", "Breakout", "Pong", "Qbert", "SpaceInvaders")],
+    # issue #28's Pong target (18 within 30 minutes on every seed), one task per learner
+    # setting: 90 minutes a seed
+    "pong30": [
+        pong30("A3C"),
+        pong30("APPO", "--algo", "appo"),
+        pong30(
+            "APPO-GAE",
+            *("--algo", "appo", "--gae-lambda", "0.95", "--normalize-advantage"),
+            *("--value-coef", "0.5"),
+        ),
+    ],
 }
 
 
@@ -354,6 +385,13 @@ def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Pa
         "curve_steps": grid.tolist(),
         "curve": curve(run_dir / "episodes.csv", grid),
     }
+    if task.milestones:
+        per_step = summary["total_frames"] / max(summary["total_steps"], 1)
+        hits = crossings(run_dir / "episodes.csv", list(task.milestones))
+        result["milestones"] = {
+            f"{th:g}": None if hit is None else [hit[0] * per_step, hit[1]]
+            for th, hit in hits.items()
+        }
     if task.timed:  # halfway too: Pong's 60 minutes of atari5 give its 30-minute figure
         half = float(task.extras[1]) / 2
         at = curve(run_dir / "episodes.csv", np.array([half]), by="wall_seconds")[0]
@@ -374,6 +412,15 @@ def load_results(results: Path, task: Task) -> list[dict]:
 # ---------------------------------------------------------------------- the report
 def fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def milestones(r: dict) -> str:
+    """A result's milestones: "-19: 2.3M frames, 11.4 min; ..." ("-" past the last reached)."""
+    hits = r.get("milestones") or {}
+    return "; ".join(
+        f"{th}: -" if hit is None else f"{th}: {hit[0] / 1e6:.1f}M, {hit[1] / 60:.1f} min"
+        for th, hit in hits.items()
+    )
 
 
 def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Path) -> Path:
@@ -461,8 +508,8 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "run reported it solved):",
         "",
         "| task | seed | solved | final evaluation | last 100 training episodes | time to target "
-        "| steps to target | whole process | model |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| steps to target | whole process | model | the last 100 first at (frames, minutes) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in tasks:
         for r in load_results(results, task):
@@ -473,7 +520,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
                 f"| {task.name} | {r['seed']} | {r['solved']} | {fmt(r['final_eval'])} | "
                 f"{fmt(r.get('final_train_mean'))}{half} | {fmt(r['solve_seconds'])} s | "
                 f"{fmt(r['solve_steps'], 0)} | "
-                f"{fmt(r['process_seconds'])} s | {r['model']} |"
+                f"{fmt(r['process_seconds'])} s | {r['model']} | {milestones(r)} |"
             )
     md = out_dir / f"suite-{suite}.md"
     md.write_text("\n".join(lines) + "\n")
@@ -494,7 +541,8 @@ def main() -> None:
         metavar="RUN_DIR",
         help="measure this finished run of the task's command (its one --tasks, --seed) "
         "instead of training: a copy of the run directory of a suite stopped before it measured "
-        "it; its whole-process time is then the run's summary's wall time",
+        "it, or of the same command run by hand; its whole-process time is then the run's "
+        "summary's wall time",
     )
     p.add_argument("--seed", type=int, default=None, help="the seed of the --from-run run")
     args = p.parse_args()

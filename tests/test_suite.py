@@ -41,6 +41,25 @@ def test_the_curve_is_the_rolling_mean_at_each_grid_step(tmp_path):
     assert got == [None, 1.5, 3.5]
 
 
+def test_milestones_are_the_first_crossings_of_the_rolling_mean(tmp_path):
+    import common
+
+    csv = tmp_path / "episodes.csv"
+    rows = ["episode,worker,return,length,global_step,wall_seconds"]
+    # returns -21, -19, -15, -11 ending at steps 10..40 and 60..240 s: the means of the last 2
+    # are -20 at step 20, -17 at 30, -13 at 40
+    rows += [f"{i + 1},0,{r},10,{10 * (i + 1)},{60.0 * (i + 1)}" for i, r in
+             enumerate([-21, -19, -15, -11])]  # fmt: skip
+    csv.write_text("\n".join(rows) + "\n")
+    hits = common.crossings(csv, [-20.0, -15.0, -10.0], window=2)
+    assert hits == {-20.0: (20, 120.0), -15.0: (40, 240.0), -10.0: None}
+    assert common.first_crossing(csv, -17.0, window=2) == 30
+    # in the report: frames (4 a step on Atari) and minutes, "-" for a score never reached
+    r = {"milestones": {"-20": [80.0e6, 120.0], "-10": None}}
+    assert suite.milestones(r) == "-20: 80.0M, 2.0 min; -10: -"
+    assert suite.milestones({}) == ""
+
+
 def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatch):
     ran = []
 
@@ -75,12 +94,15 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
 
     run = tmp_path / "run"
     asyncrl.train(
-        env="CartPole-v1", backend="threads", workers=1, steps=4_000, eval_every=1_000,
+        env="CartPole-v1", backend="threads", workers=1, steps=8_000, eval_every=1_000,
         target_return=1e9, progress=False, run_dir=str(run), seed=0,
     )  # fmt: skip
     assert (run / "best_model.pt").is_file()  # a stop rule's task evaluates this one
     kept = suite.Task("CartPole-v1", "CartPole-v1", 475.0, eval_episodes=2)
-    timed = suite.Task("Timed", "CartPole-v1", 475.0, eval_episodes=2, extras=("timeout", "60"))
+    timed = suite.Task(
+        "Timed", "CartPole-v1", 475.0, eval_episodes=2, extras=("timeout", "60"),
+        milestones=(10.0, 1e9),
+    )  # fmt: skip
     assert suite.measure(kept, 0, run, "cmd", 1.0, tmp_path / "a.json")["model"] == "best_model.pt"
     assert suite.measure(timed, 0, run, "cmd", 1.0, tmp_path / "b.json")["model"] == "model.pt"
     # --from-run: a run saved from an interrupted suite becomes the seed's result
@@ -100,6 +122,9 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
         r["final_train_mean"]
     )
     assert r["command"].startswith("timeout -s INT 60 ") and "--seed 2" in r["command"]
+    # CartPole's mean of the last 100 passes 10 once there are 100 episodes; never 1e9
+    (steps, seconds), never = r["milestones"]["10"], r["milestones"]["1e+09"]
+    assert 100 * 9 <= steps <= r["total_steps"] and seconds > 0 and never is None
     with pytest.raises(SystemExit):  # a finished seed is never overwritten
         suite.main()
     assert suite.json.loads(result.read_text()) == r
