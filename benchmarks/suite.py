@@ -396,6 +396,13 @@ def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Pa
         half = float(task.extras[1]) / 2
         at = curve(run_dir / "episodes.csv", np.array([half]), by="wall_seconds")[0]
         result |= {"half_seconds": half, "train_mean_at_half": at}
+        # and the curve against the run's clock: a timed task's target is a time
+        seconds = np.linspace(0, 2 * half, 61)
+        by_time = curve(run_dir / "episodes.csv", seconds, by="wall_seconds")
+        # none past the run's end (its stop rule may end it early)
+        end = summary["wall_seconds"]
+        by_time = [None if t > end else v for t, v in zip(seconds, by_time, strict=True)]
+        result |= {"curve_seconds": seconds.tolist(), "curve_by_time": by_time}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -474,13 +481,16 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
             f"{fmt(statistics.median(finals))}, {fmt(iqm(np.asarray(finals)))} "
             f"[{fmt(lo)}, {fmt(hi)}]{hns} | {fmt(t)} s | {fmt(s, 0)} | {task.baseline} |"
         )
-        # learning curves: median and interquartile band across seeds on a common grid
-        top = max(r["total_steps"] for r in rs)
+        # learning curves: median and interquartile band across seeds on a common grid, of
+        # minutes where the task is timed and every seed has its curve by time, else of steps
+        by_time = task.timed and all("curve_by_time" in r for r in rs)
+        xs_key, ys_key = ("curve_seconds", "curve_by_time") if by_time else ("curve_steps", "curve")
+        top = max(r[xs_key][-1] for r in rs)
         grid = np.linspace(0, top, 60)
         ys = []
         for r in rs:
-            c = np.array([np.nan if v is None else v for v in r["curve"]], dtype=float)
-            x = np.asarray(r["curve_steps"])
+            c = np.array([np.nan if v is None else v for v in r[ys_key]], dtype=float)
+            x = np.asarray(r[xs_key])
             y = np.interp(grid, x, c, right=np.nan)  # a solved run stops: no value past it
             ys.append(y)
         y = np.asarray(ys)
@@ -488,11 +498,12 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
             warnings.simplefilter("ignore", RuntimeWarning)
             med = np.nanmedian(y, axis=0)
             q1, q3 = np.nanpercentile(y, 25, axis=0), np.nanpercentile(y, 75, axis=0)
-        ax.plot(grid, med, lw=2, label=f"median of {len(rs)} seeds")
-        ax.fill_between(grid, q1, q3, alpha=0.3, label="25-75%")
+        x = grid / 60 if by_time else grid
+        ax.plot(x, med, lw=2, label=f"median of {len(rs)} seeds")
+        ax.fill_between(x, q1, q3, alpha=0.3, label="25-75%")
         ax.axhline(task.target, ls="--", color="gray", lw=1, label="target")
         ax.set_title(task.name, fontsize=10)
-        ax.set_xlabel("env steps")
+        ax.set_xlabel("minutes of the run" if by_time else "env steps")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("mean of last 100 training episodes")
     axes[0][0].legend(fontsize=7, loc="lower right")

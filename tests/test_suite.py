@@ -122,6 +122,15 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
         r["final_train_mean"]
     )
     assert r["command"].startswith("timeout -s INT 60 ") and "--seed 2" in r["command"]
+    # the curve against the run's clock: 61 points to the time limit, a value from the first
+    # episode's end to the run's end (a 1 s limit: this run ends within about a second)
+    assert r["curve_seconds"][-1] == 60.0 and len(r["curve_by_time"]) == 61
+    short = suite.Task("Short", "CartPole-v1", 475.0, eval_episodes=2, extras=("timeout", "1"))
+    q = suite.measure(short, 0, run, "cmd", 1.0, tmp_path / "q.json")
+    end = suite.json.loads((run / "summary.json").read_text())["wall_seconds"]
+    first = float((run / "episodes.csv").read_text().splitlines()[1].split(",")[-1])
+    for t, v in zip(q["curve_seconds"], q["curve_by_time"], strict=True):
+        assert (v is None) == (t < first or t > end), (t, v, first, end)
     # CartPole's mean of the last 100 passes 10 once there are 100 episodes; never 1e9
     (steps, seconds), never = r["milestones"]["10"], r["milestones"]["1e+09"]
     assert 100 * 9 <= steps <= r["total_steps"] and seconds > 0 and never is None
@@ -165,11 +174,13 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
             "solve_steps": None, "total_steps": 100, "process_seconds": 3600.0, "model": "x",
             "final_eval": final, "final_train_mean": final - 1, "curve_steps": [0, 100],
             "curve": [None, final], "half_seconds": 1800.0, "train_mean_at_half": final - 5,
+            "curve_seconds": [0.0, 3600.0], "curve_by_time": [None, final],
         }  # fmt: skip
         (folder / f"seed-{seed}.json").write_text(suite.json.dumps(r))
     report = suite.report("atari5", [task], tmp_path, 3, tmp_path / "docs").read_text()
     assert "| 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
     assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 (9.6 at 30 min) |" in report
+    assert (tmp_path / "docs" / "suite-atari5.png").stat().st_size > 0  # its curve by time
 
 
 def test_a_sweep_scores_a_setting_over_its_seeds():
