@@ -422,7 +422,7 @@ def fmt(x: float | None, digits: int = 1) -> str:
 
 
 def milestones(r: dict) -> str:
-    """A result's milestones: "-19: 2.3M frames, 11.4 min; ..." ("-" past the last reached)."""
+    """A result's milestones: "-19: 2.3M, 11.4 min; ..." (frames; "-": not reached)."""
     hits = r.get("milestones") or {}
     return "; ".join(
         f"{th}: -" if hit is None else f"{th}: {hit[0] / 1e6:.1f}M, {hit[1] / 60:.1f} min"
