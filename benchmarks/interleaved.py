@@ -16,6 +16,18 @@ evaluation during training against none:
 
     python benchmarks/interleaved.py src src --seeds 10 \
         --a-args="--eval-every 0 --stop-on train" -- --target-return 1e9 --steps 300000
+
+Does a change alter what is learnt, or only how fast? Each seed also prints the largest
+difference between A's and B's final parameters (model.pt). One worker of the processes
+backend learns deterministically, so 0 there means B learns exactly what A learns, and a
+difference names a change in the learning path (run it on the commits between two trees to
+find the one). Evaluations are turned off where the code has them (B here; A predates them):
+on a 3,000-step budget the default interval would evaluate whole games every 150 steps.
+
+    git worktree add /tmp/old 48bfb07
+    python benchmarks/interleaved.py /tmp/old/src src --seeds 1 \
+        --b-args="--eval-every 0 --stop-on train" -- --workers 1 --backend processes \
+        --env PongNoFrameskip-v4 --steps 3000 --target-return 1e9
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 
 def run(src: Path, seed: int, extra: list[str], run_dir: Path) -> dict:
     cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--seed", str(seed)]
@@ -43,6 +57,15 @@ def run(src: Path, seed: int, extra: list[str], run_dir: Path) -> dict:
         sys.exit(f"{src}: {' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
     summary = json.loads((run_dir / "summary.json").read_text())
     return {**summary, "process_seconds": wall}
+
+
+def parameter_gap(a: Path, b: Path) -> float:
+    """The largest absolute difference between two runs' final parameters (inf where the
+    networks differ in shape or names)."""
+    sa, sb = (torch.load(d / "model.pt", weights_only=False)["state_dict"] for d in (a, b))
+    if sa.keys() != sb.keys() or any(sa[k].shape != sb[k].shape for k in sa):
+        return float("inf")
+    return max((float((sa[k].double() - sb[k].double()).abs().max()) for k in sa), default=0.0)
 
 
 def main() -> None:
@@ -71,6 +94,8 @@ def main() -> None:
                     f"solved={s['solved']}",
                     flush=True,
                 )
+            gap = parameter_gap(Path(tmp) / f"A-{seed}", Path(tmp) / f"B-{seed}")
+            print(f"seed {seed}: largest |B - A| of the final parameters {gap:.3g}", flush=True)
     med = {k: statistics.median(r["process_seconds"] for r in v) for k, v in results.items()}
     fps = {k: statistics.median(r["frames_per_second"] for r in v) for k, v in results.items()}
     for k in ("A", "B"):
