@@ -38,6 +38,28 @@ def run_train(seed: int, extra: list[str], workdir: Path) -> dict:
     return summary
 
 
+#: the machine's speed today: the atari preset's A3C on Pong (2 workers, no evaluations) for a
+#: fixed budget. Runs of the same code on this (virtual, shared) 2-core machine have differed
+#: by 1.5x between sessions, so a figure is comparable with another only with this beside it.
+SPEED_ARGS = (
+    "--env", "PongNoFrameskip-v4", "--workers", "2", "--steps", "40000", "--target-return", "1e9",
+    "--eval-every", "0", "--stop-on", "train",
+)  # fmt: skip
+
+
+def machine_speed(runs: int = 3) -> dict:
+    """The median training frames/s of ``runs`` whole processes of :data:`SPEED_ARGS` (about
+    20 s each), with the command that measures it."""
+    with tempfile.TemporaryDirectory(prefix="asyncrl-speed-") as tmp:
+        summaries = [run_train(seed, list(SPEED_ARGS), Path(tmp)) for seed in range(runs)]
+    fps = [s["frames_per_second"] for s in summaries]
+    return {
+        "frames_per_second": statistics.median(fps),
+        "runs": fps,
+        "command": "python benchmarks/calibrate.py",
+    }
+
+
 def first_crossing(episodes_csv: Path, threshold: float, window: int = 100) -> int | None:
     """Global step at which the mean return of the last ``window`` episodes first reached
     ``threshold`` (CartPole-v0's 195, say), from the run's episodes.csv."""

@@ -4,7 +4,7 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py quick --seeds 5     # minutes: CartPole, Acrobot, MinAtar, Pendulum
     python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
     python benchmarks/suite.py atari --seeds 3     # Pong, Breakout: 30 min each (hours)
-    python benchmarks/suite.py pong30 --seeds 3    # Pong for 30 min: A3C and APPO
+    python benchmarks/suite.py pong30 --seeds 3    # Pong for 30 min: A3C and APPO (2 and 4 epochs)
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
 
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from common import crossings
+from common import crossings, machine_speed
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the evaluation's starts: none of them is a training env's or an evaluation-during-training's
@@ -255,8 +255,13 @@ SUITES: dict[str, list[Task]] = {
     # the paper's five games (Figure 1), an hour each on this machine: 5 hours a seed
     "atari5": [atari_hour(g) for g in ("BeamRider", "Breakout", "Pong", "Qbert", "SpaceInvaders")],
     # issue #28's Pong target (18 within 30 minutes on every seed), one task per learner on
-    # the atari preset (APPO: its APPO layer): an hour a seed
-    "pong30": [pong30("A3C"), pong30("APPO", "--algo", "appo")],
+    # the atari preset (APPO: its APPO layer, 4 epochs; and with 2, faster per frame): 90
+    # minutes a seed
+    "pong30": [
+        pong30("A3C"),
+        pong30("APPO", "--algo", "appo"),
+        pong30("APPO-2-epochs", "--algo", "appo", "--epochs", "2"),
+    ],
 }
 
 
@@ -322,8 +327,9 @@ def command(task: Task, seed: int, run_dir: Path) -> list[str]:
     return cmd
 
 
-def run_one(task: Task, seed: int, out: Path) -> dict:
-    """One seed of a task: train, then measure the run (:func:`measure`). The run directory
+def run_one(task: Task, seed: int, out: Path, speed: dict | None = None) -> dict:
+    """One seed of a task: train, then measure the run (:func:`measure`), with ``speed``, the
+    machine's that day (:func:`common.machine_speed`), beside it. The run directory
     goes once the run is measured; a run that failed, or could not be measured, keeps it and
     says where (an hour of Atari is not thrown away)."""
     tmp = Path(tempfile.mkdtemp(prefix="asyncrl-suite-"))
@@ -341,7 +347,7 @@ def run_one(task: Task, seed: int, out: Path) -> dict:
             f"{run_dir}\n{proc.stderr[-3000:]}"
         )
     try:
-        result = measure(task, seed, run_dir, shlex.join(cmd), wall, out)
+        result = measure(task, seed, run_dir, shlex.join(cmd), wall, out, speed)
     except BaseException:
         print(f"{task.name} seed {seed}: not measured; its run directory is kept: {run_dir}")
         raise
@@ -349,7 +355,15 @@ def run_one(task: Task, seed: int, out: Path) -> dict:
     return result
 
 
-def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Path) -> dict:
+def measure(
+    task: Task,
+    seed: int,
+    run_dir: Path,
+    cmd: str,
+    wall: float,
+    out: Path,
+    speed: dict | None = None,
+) -> dict:
     """The result of one finished run: its summary, its learning curve, and an evaluation on
     starts no run saw of the model it keeps, or, where the task's time limit ended it unsolved
     (the atari5 tasks have no reachable target), of its last: the agent after that time."""
@@ -376,6 +390,7 @@ def measure(task: Task, seed: int, run_dir: Path, cmd: str, wall: float, out: Pa
         "final_eval_returns": returns,
         "curve_steps": grid.tolist(),
         "curve": curve(run_dir / "episodes.csv", grid),
+        "machine_speed": speed,
     }
     if task.milestones:
         per_step = summary["total_frames"] / max(summary["total_steps"], 1)
@@ -422,6 +437,12 @@ def milestones(r: dict) -> str:
     )
 
 
+def speed_of(r: dict) -> str:
+    """The machine's speed when the result was taken ("-": not measured, or before 2026-11-25)."""
+    speed = r.get("machine_speed")
+    return "-" if not speed else f"{speed['frames_per_second']:,.0f} frames/s"
+
+
 def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Path) -> Path:
     import matplotlib
 
@@ -443,7 +464,10 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "model.pt: the agent at that time) is evaluated on starts no run saw. *Reported solved*: "
         "the run's own stop rule fired; *kept model at target*: that model's evaluation "
         "reaches the target. IQM: interquartile mean over seeds, with a 95% bootstrap "
-        "interval. Times are whole processes; steps are env steps (agent steps on Atari).",
+        "interval. Times are whole processes; steps are env steps (agent steps on Atari). "
+        "*Machine speed*: this machine's that day (`python benchmarks/calibrate.py`: the "
+        "atari preset's A3C on Pong, 2 workers, frames/s), measured once per invocation of the "
+        "suite; it has differed by 1.5x between days, so compare timed results beside it.",
         "",
         "| task | reported solved | kept model at target | final evaluation: median, IQM "
         "[95% CI] | time to target (median) | steps to target (median) | baseline |",
@@ -511,8 +535,9 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "run reported it solved):",
         "",
         "| task | seed | solved | final evaluation | last 100 training episodes | time to target "
-        "| steps to target | whole process | model | the last 100 first at (frames, minutes) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| steps to target | whole process | model | the last 100 first at (frames, minutes) "
+        "| machine speed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in tasks:
         for r in load_results(results, task):
@@ -523,7 +548,8 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
                 f"| {task.name} | {r['seed']} | {r['solved']} | {fmt(r['final_eval'])} | "
                 f"{fmt(r.get('final_train_mean'))}{half} | {fmt(r['solve_seconds'])} s | "
                 f"{fmt(r['solve_steps'], 0)} | "
-                f"{fmt(r['process_seconds'])} s | {r['model']} | {milestones(r)} |"
+                f"{fmt(r['process_seconds'])} s | {r['model']} | {milestones(r)} | "
+                f"{speed_of(r)} |"
             )
     md = out_dir / f"suite-{suite}.md"
     md.write_text("\n".join(lines) + "\n")
@@ -548,6 +574,12 @@ def main() -> None:
         "summary's wall time",
     )
     p.add_argument("--seed", type=int, default=None, help="the seed of the --from-run run")
+    p.add_argument(
+        "--no-speed",
+        action="store_true",
+        help="do not measure the machine's speed (about a minute, once per invocation that "
+        "trains) to keep with the results",
+    )
     args = p.parse_args()
     tasks = [t for t in SUITES[args.suite] if args.tasks is None or t.name in args.tasks]
     results = args.results / args.suite
@@ -565,12 +597,16 @@ def main() -> None:
         path.write_text(json.dumps(r, indent=1) + "\n")
         print(f"{task.name} seed {seed}: final eval {r['final_eval']:.1f} ({r['model']})")
     elif not args.report_only:
+        speed = None
         for task in tasks:
             for seed in range(args.seeds):
                 path = results / task.name.replace("/", "-") / f"seed-{seed}.json"
                 if path.is_file():
                     continue  # finished before an interruption: never rerun
-                r = run_one(task, seed, path)
+                if speed is None and not args.no_speed:
+                    speed = machine_speed()
+                    print(f"machine speed: {speed['frames_per_second']:,.0f} frames/s", flush=True)
+                r = run_one(task, seed, path, speed)
                 print(
                     f"{task.name} seed {seed}: solved={r['solved']} "
                     f"final eval {r['final_eval']:.1f} ({r['model']}), "

@@ -274,6 +274,28 @@ def test_no_evaluation_at_all_when_switched_off(run_dir):
     assert asyncrl.load(run_dir).source.name == "model.pt"
 
 
+def test_evaluations_only_read_what_the_workers_learn(tmp_path):
+    """An evaluation reads a snapshot of the global state and plays on envs of its own: one
+    worker of the processes backend (deterministic) must end with the same parameters with
+    evaluations as without, to the bit. (A3C took off later on Pong with evaluations on than
+    off in one pair of runs; this rules out the evaluation touching the learning path: what
+    is left is the share of the cores it takes.)"""
+    final = {}
+    for every in (1_000, 0):
+        run_dir = tmp_path / f"every-{every}"
+        summary = asyncrl.train(
+            backend="processes", target_return=1e9, run_dir=str(run_dir),
+            **{**QUICK, "eval_every": every}, stop_on="train" if every == 0 else "eval",
+        )  # fmt: skip
+        assert summary["evaluations"] == len(rows(run_dir))
+        final[every] = torch.load(run_dir / "model.pt", weights_only=False)["state_dict"]
+    # they did run, while the worker learned (and none in the other run)
+    assert len(rows(tmp_path / "every-1000")) >= 2 and not rows(tmp_path / "every-0")
+    assert final[1_000].keys() == final[0].keys()
+    for k in final[0]:
+        assert torch.equal(final[1_000][k], final[0][k]), k
+
+
 def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkeypatch):
     monkeypatch.setenv("FAULT_DIR", str(tmp_path))  # where the fault notes it fired (once)
     run_dir = tmp_path / "run"

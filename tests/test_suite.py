@@ -61,30 +61,42 @@ def test_milestones_are_the_first_crossings_of_the_rolling_mean(tmp_path):
 
 
 def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatch):
-    ran = []
+    ran, speeds = [], []
 
-    def fake_run(task, seed, out):
+    def fake_run(task, seed, out, speed=None):
         ran.append((task.name, seed))
         r = {
             "task": task.name, "seed": seed, "solved": True, "solve_seconds": 1.0,
             "solve_steps": 100, "total_steps": 100, "process_seconds": 2.0, "model": "x",
             "final_eval": 500.0, "curve_steps": [0, 100], "curve": [None, 500.0],
+            "machine_speed": speed,
         }  # fmt: skip
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(suite.json.dumps(r))
         return r
 
+    def fake_speed():
+        speeds.append(len(ran))
+        return {"frames_per_second": 1234.0 * len(speeds), "runs": [], "command": "c"}
+
     monkeypatch.setattr(suite, "run_one", fake_run)
+    monkeypatch.setattr(suite, "machine_speed", fake_speed)
     argv = ["suite.py", "quick", "--seeds", "2", "--tasks", "CartPole-v1"]
     argv += ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "docs")]
     monkeypatch.setattr(sys, "argv", argv)
     suite.main()
     assert ran == [("CartPole-v1", 0), ("CartPole-v1", 1)]
+    assert speeds == [0]  # the machine's speed: once per invocation, before its first run
     (tmp_path / "results" / "quick" / "CartPole-v1" / "seed-1.json").unlink()  # "interrupted"
     suite.main()
     assert ran[2:] == [("CartPole-v1", 1)]  # seed 0 was finished: not run again
+    assert speeds == [0, 2]
+    suite.main()  # nothing left to run: no speed measured
+    assert len(ran) == 3 and speeds == [0, 2]
     report = (tmp_path / "docs" / "suite-quick.md").read_text()
     assert "| CartPole-v1 | 2 / 2 | 2 / 2 | 500.0, 500.0 [500.0, 500.0] |" in report
+    # each seed's row with the speed of the invocation that ran it
+    assert "1,234 frames/s |" in report and "2,468 frames/s |" in report
 
 
 def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
