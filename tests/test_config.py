@@ -105,6 +105,9 @@ QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-prog
         (["--eps-probs", "0.4", "nan", "0.3"], "--eps-probs: must be a finite number"),
         (["--seed", "-1"], "--seed: must be >= 0"),
         (["--eps-start", "1.5"], "--eps-start: must be in [0, 1], got 1.5"),
+        (["--time-limit", "30min"], "--time-limit: give a positive time such as '1800s'"),
+        (["--time-limit", "0m"], "--time-limit: give a positive time"),
+        (["--time-limit", "inf"], "--time-limit: give a positive time"),
     ],
 )
 def test_a_number_that_is_not_finite_or_in_range_is_one_line_and_exit_2(

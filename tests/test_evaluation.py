@@ -2,6 +2,7 @@
 as best_model.pt, --which, the evaluation stop rule, and resume."""
 
 import csv
+import json
 import time
 
 import numpy as np
@@ -294,6 +295,29 @@ def test_evaluations_only_read_what_the_workers_learn(tmp_path):
     assert final[1_000].keys() == final[0].keys()
     for k in final[0]:
         assert torch.equal(final[1_000][k], final[0][k]), k
+
+
+def test_a_time_limit_ends_the_run_as_its_budget_does_and_evaluates_the_last(run_dir, capsys):
+    """--time-limit ends a run as --steps does, not as a signal: the final parameters are
+    evaluated (a 30-minute Atari run evaluates rarely: the best model was otherwise an early
+    one), and the CLI says which budget ended it."""
+    args = ["train", "--env", "CartPole-v1", "--workers", "1", "--backend", "threads"]
+    args += ["--steps", "100000000", "--target-return", "1e9", "--eval-every", "0"]
+    args += ["--time-limit", "3s", "--no-progress", "--run-dir", str(run_dir)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "not solved: time limit reached (" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ended"] == "time_limit" and not summary["solved"]
+    assert 3.0 <= summary["wall_seconds"] < 30.0 and summary["total_steps"] < 100_000_000
+    evals = rows(run_dir)  # --eval-every 0: only the final parameters' evaluation
+    assert len(evals) == 1 and int(evals[0]["global_step"]) == summary["total_steps"]
+    assert asyncrl.load(run_dir).source.name == "best_model.pt"
+    # more time for a run that ended on its time: its clock goes on from where it stopped
+    assert main(["train", "--resume", str(run_dir), "--time-limit", "6s", "--no-progress"]) == 0
+    more = json.loads((run_dir / "summary.json").read_text())
+    assert more["resumed"] and more["ended"] == "time_limit"
+    assert 6.0 <= more["wall_seconds"] < 40.0 and more["total_steps"] > summary["total_steps"]
 
 
 def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkeypatch):

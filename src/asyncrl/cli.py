@@ -159,7 +159,8 @@ def _train(ns: argparse.Namespace) -> int:
         )
     else:
         ret = "-" if s["rolling_return"] is None else f"{s['rolling_return']:.1f}"
-        print(f"not solved: step budget spent ({s['total_steps']:,} steps), mean return {ret}")
+        why = "time limit reached" if s["ended"] == "time_limit" else "step budget spent"
+        print(f"not solved: {why} ({s['total_steps']:,} steps), mean return {ret}")
     print(
         f"{s['total_steps']:,} steps in {s['wall_seconds']:.1f} s "
         f"({s['steps_per_second']:,.0f} steps/s); run directory: {s['run_dir']}"

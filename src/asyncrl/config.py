@@ -93,6 +93,11 @@ class Config:
     """environments each worker steps together in one batched forward pass (paper: 1)"""
     steps: int = 500_000
     """global env-step budget: training stops when the workers have taken this many steps"""
+    time_limit: str | None = None
+    """a wall-time budget as well ('1800s', '30m', '2h'; a resumed run's clock goes on from
+    where it stopped): the run ends on whichever budget is spent first, as on --steps (the
+    final parameters evaluated, the best model the better of the best and the last), where a
+    signal (timeout -s INT) ends it without evaluating the last"""
     target_return: float | None = None
     """stop when the mean return of the last `window` episodes reaches this
     (default: the env's reward threshold; 475 for CartPole-v1)"""
@@ -271,6 +276,17 @@ class Config:
             raise ValueError(text)
         return ("off", 0.0) if value == 0 else (kind, value)
 
+    def time_limit_seconds(self) -> float | None:
+        """--time-limit in seconds (None: no limit); ValueError if malformed."""
+        if self.time_limit is None:
+            return None
+        text = str(self.time_limit).strip().lower()
+        scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1:])
+        value = float(text[:-1] if scale else text) * (scale or 1.0)
+        if value <= 0 or not math.isfinite(value):
+            raise ValueError(text)
+        return value
+
     @property
     def env_kwargs_dict(self) -> dict[str, Any]:
         from asyncrl.envs import parse_env_kwargs
@@ -378,6 +394,14 @@ class Config:
                 False,
                 "checkpoint-every",
                 f"give seconds ('60s') or global steps ('100000'), got {self.checkpoint_every!r}",
+            )
+        try:
+            self.time_limit_seconds()
+        except ValueError:
+            _need(
+                False,
+                "time-limit",
+                f"give a positive time such as '1800s', '30m' or '2h', got {self.time_limit!r}",
             )
         _need(
             self.max_worker_restarts >= 0,

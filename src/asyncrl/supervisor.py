@@ -1,7 +1,7 @@
 """The main process's loop over a run, the same for every backend: it reads the workers'
 messages, counts faults against the restart limit and has the run restart a worker, asks for
 checkpoints and writes them, hands the evaluator snapshots of the global state and keeps the
-best, and stops the run on the stop rule, the step budget, a signal or a fatal error. How
+best, and stops the run on the stop rule, the step or time budget, a signal or a fatal error. How
 workers are started, restarted and heard from is the run's business (:class:`Run`: shared
 memory for threads and processes, a parameter server for Ray)."""
 
@@ -40,6 +40,7 @@ class Ended(enum.Enum):
     """How a run ended."""
 
     BUDGET = "the step budget was spent"
+    TIME_LIMIT = "the time limit was reached"
     SOLVED = "the stop rule fired"
     INTERRUPTED = "a signal stopped it"
     FAILED = "worker faults past the restart limit"
@@ -143,6 +144,7 @@ class Supervisor:
         self.done: set[int] = set()
         self.stopping = False
         self.ckpt_kind, self.ckpt_every = cfg.checkpoint_interval()
+        self.time_limit = cfg.time_limit_seconds()
         self.last_ckpt = (time.monotonic(), run.global_step())
         self.pending: tuple[int, set[int]] | None = None  # request id, workers yet to answer
 
@@ -155,6 +157,7 @@ class Supervisor:
                     self.handle(msg)
                 self.maybe_checkpoint()
                 self.maybe_evaluate()
+                self.maybe_end_on_time()
                 self.monitor.refresh(self.run_.global_step())
             self.outcome.glob = self.run_.finish(self.snapshots)
         except ServerLost as e:
@@ -163,6 +166,11 @@ class Supervisor:
         return self.outcome
 
     # ------------------------------------------------------------------ ending
+    def maybe_end_on_time(self) -> None:
+        limit = self.time_limit
+        if limit is not None and not self.stopping and self.monitor.elapsed() >= limit:
+            self.end(Ended.TIME_LIMIT)
+
     def interrupt(self, signum: int) -> None:
         self.outcome.signal = signum
         self.end(Ended.INTERRUPTED)
@@ -317,8 +325,9 @@ class Supervisor:
 
     def final_evaluation(self) -> None:
         """After the workers stopped: the evaluation under way, then one of the final
-        parameters where the run ended on its budget (or on the training episodes, with
-        --stop-on train), so that the best model is the better of the best and the last. None
+        parameters where the run ended on its budget of steps or time (or on the training
+        episodes, with --stop-on train), so that the best model is the better of the best and
+        the last. None
         after a signal (the user wants out), a fault (the final state is not trusted) or an
         evaluation that solved the task (its parameters are the best model already)."""
         ev, glob = self.evaluator, self.outcome.glob
@@ -328,7 +337,8 @@ class Supervisor:
         # after a signal, no waiting for an evaluation under way (an Atari one takes seconds)
         for result in ev.results() if ended is Ended.INTERRUPTED else ev.wait():
             self.evaluated(result)
-        final = ended is Ended.BUDGET or (ended is Ended.SOLVED and self.cfg.stop_on == "train")
+        budget = ended in (Ended.BUDGET, Ended.TIME_LIMIT)
+        final = budget or (ended is Ended.SOLVED and self.cfg.stop_on == "train")
         if glob is None or self.evaluator is None or not final:
             return
         if glob.steps > self.last_eval_step and self.evaluate_now(glob.steps, glob):
