@@ -327,9 +327,9 @@ class Supervisor:
         """After the workers stopped: the evaluation under way, then one of the final
         parameters where the run ended on its budget of steps or time (or on the training
         episodes, with --stop-on train), so that the best model is the better of the best and
-        the last. None
-        after a signal (the user wants out), a fault (the final state is not trusted) or an
-        evaluation that solved the task (its parameters are the best model already)."""
+        the last. None after a signal (the user wants out), a fault (the final state is not
+        trusted) or an evaluation that solved the task (its parameters are the best model
+        already)."""
         ev, glob = self.evaluator, self.outcome.glob
         if ev is None:
             return
