@@ -168,6 +168,10 @@ class Config:
     """shared optimizer: statistics shared by all workers"""
     rms_alpha: float = 0.99
     """RMSProp decay (paper: 0.99)"""
+    rms_init: float = 0.0
+    """RMSProp's average of squared gradients at the start: 0 (torch.optim.RMSprop) or 1
+    (TensorFlow, Baselines' and SB3's A2C): from 1 the first updates are a warm-up, where from 0
+    with a small --eps they move every parameter by up to lr / sqrt(1 - rms-alpha)"""
     eps: float = 1e-5
     """optimizer epsilon; RMSProp puts it inside the square root as the paper does (paper: 0.1)"""
     entropy_coef: float = 0.01
@@ -463,6 +467,9 @@ class Config:
         """The shared optimiser and the update (every algorithm)."""
         _need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         _need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
+        _need(
+            0.0 <= self.rms_init < math.inf, "rms-init", f"must be >= 0, got {self.rms_init}"
+        )
         _need(self.eps > 0.0, "eps", f"must be > 0, got {self.eps}")
         _need(
             self.max_grad_norm >= 0.0,

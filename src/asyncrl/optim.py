@@ -23,14 +23,27 @@ class SharedRMSprop:
 
     ``eps`` is *inside* the square root as in the paper and TensorFlow; ``torch.optim.RMSprop``
     puts it outside, which matters with the paper's eps = 0.1.
+
+    ``g`` starts at ``init``: 0 as in ``torch.optim.RMSprop``, or 1 as in TensorFlow's RMSProp
+    (and so OpenAI Baselines' A2C and Stable-Baselines3's ``RMSpropTFLike``). From 0 with a
+    small eps the first updates move each parameter by up to ``lr / sqrt(1 - alpha)``, ten
+    times lr at alpha 0.99, whatever the size of its gradient; from 1 they start far below lr
+    and grow to it as the average forgets its start: a warm-up.
     """
 
-    def __init__(self, params: torch.Tensor, lr: float, alpha: float = 0.99, eps: float = 0.1):
+    def __init__(
+        self,
+        params: torch.Tensor,
+        lr: float,
+        alpha: float = 0.99,
+        eps: float = 0.1,
+        init: float = 0.0,
+    ):
         if params.dim() != 1:
             raise ValueError("SharedRMSprop takes the flat parameter vector")
         self.params = params
         self.lr, self.alpha, self.eps = lr, alpha, eps
-        self.square_avg = _shared_zeros_like(params)
+        self.square_avg = _shared_zeros_like(params).fill_(init)
 
     def step(self, grad: torch.Tensor, lr: float | None = None) -> None:
         lr = self.lr if lr is None else lr
@@ -94,10 +107,10 @@ SharedOptimizer = SharedRMSprop | SharedAdam
 
 
 def make_optimizer(
-    name: str, params: torch.Tensor, lr: float, rms_alpha: float, eps: float
+    name: str, params: torch.Tensor, lr: float, rms_alpha: float, eps: float, rms_init: float = 0.0
 ) -> SharedOptimizer:
     if name == "rmsprop":
-        return SharedRMSprop(params, lr, alpha=rms_alpha, eps=eps)
+        return SharedRMSprop(params, lr, alpha=rms_alpha, eps=eps, init=rms_init)
     if name == "adam":
         return SharedAdam(params, lr, eps=eps)
     raise ValueError(f"unknown optimizer {name!r}")
