@@ -108,6 +108,8 @@ QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-prog
         (["--time-limit", "30min"], "--time-limit: give a positive time such as '1800s'"),
         (["--time-limit", "0m"], "--time-limit: give a positive time"),
         (["--time-limit", "inf"], "--time-limit: give a positive time"),
+        (["--rms-init", "-1"], "--rms-init: must be >= 0, got -1.0"),
+        (["--rms-init", "nan"], "--rms-init: must be a finite number"),
     ],
 )
 def test_a_number_that_is_not_finite_or_in_range_is_one_line_and_exit_2(

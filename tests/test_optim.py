@@ -36,6 +36,32 @@ def test_shared_rmsprop_matches_the_paper_rule_with_eps_inside_the_sqrt():
     assert not torch.allclose(p.detach(), theta)
 
 
+def test_rmsprop_started_from_one_warms_up_where_from_zero_it_leaps():
+    """TensorFlow's RMSProp (Baselines' and SB3's A2C with eps 1e-5) starts its average of
+    squared gradients at 1: worked by hand for one parameter, gradient 0.01, lr 1e-3, alpha
+    0.99, eps 1e-5."""
+    grad = torch.tensor([0.01], dtype=torch.float64)
+    # from 0: g = 0.01 * 1e-4 = 1e-6, step = 1e-3 * 0.01 / sqrt(1e-6 + 1e-5) = 3.015e-3, three
+    # times lr for a gradient of 0.01 (lr / sqrt(1 - alpha) = 1e-2 as the gradient grows)
+    zero = torch.zeros(1, dtype=torch.float64)
+    SharedRMSprop(zero, lr=1e-3, alpha=0.99, eps=1e-5).step(grad)
+    assert float(zero) == pytest.approx(-1e-3 * 0.01 / math.sqrt(1.1e-5))
+    assert abs(float(zero)) > 3e-3
+    # from 1: g = 0.99 + 1e-6, step = 1e-3 * 0.01 / sqrt(0.990011) = 1.005e-5
+    one = torch.zeros(1, dtype=torch.float64)
+    opt = SharedRMSprop(one, lr=1e-3, alpha=0.99, eps=1e-5, init=1.0)
+    opt.step(grad)
+    assert float(one) == pytest.approx(-1e-3 * 0.01 / math.sqrt(0.990011))
+    # the start is forgotten as 0.99^t: the steps grow towards those from 0
+    steps = []
+    for _ in range(2000):
+        before = float(one)
+        opt.step(grad)
+        steps.append(before - float(one))
+    assert steps == sorted(steps) and steps[-1] > 50 * steps[0]
+    assert steps[-1] == pytest.approx(1e-3 * 0.01 / math.sqrt(1e-4 + 1e-5), rel=0.05)
+
+
 def test_shared_adam_matches_torch_adam():
     theta = torch.tensor([1.0, -2.0, 3.0])
     opt = SharedAdam(theta, lr=0.01, eps=1e-8)

@@ -467,9 +467,7 @@ class Config:
         """The shared optimiser and the update (every algorithm)."""
         _need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         _need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
-        _need(
-            0.0 <= self.rms_init < math.inf, "rms-init", f"must be >= 0, got {self.rms_init}"
-        )
+        _need(self.rms_init >= 0.0, "rms-init", f"must be >= 0, got {self.rms_init}")
         _need(self.eps > 0.0, "eps", f"must be > 0, got {self.eps}")
         _need(
             self.max_grad_norm >= 0.0,
