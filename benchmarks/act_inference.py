@@ -169,7 +169,7 @@ def main() -> None:
     from asyncrl.models import build_model
 
     torch.set_num_threads(1)
-    cfg = preset(None, env=args.env).validate()
+    cfg = preset(None, env=args.env, algo="a3c").validate()  # A3C's acting sizes
     B, T = args.envs or cfg.envs_per_worker, cfg.t_max
     info = probe_env(cfg.env)
     per: dict[str, list[float]] = {}

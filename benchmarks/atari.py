@@ -10,15 +10,16 @@ score.
     python benchmarks/atari.py solve --env PongNoFrameskip-v4 --target 18 --seeds 1
     python benchmarks/atari.py solve --env MinAtar/Breakout-v1 --target 3 --seeds 3
 
-``throughput`` runs whole `asyncrl train` processes with a fixed budget and the stop rule off
-and reports the median (over seeds) of the summary's ``frames_per_second`` (training phase,
-4 frames per agent step) per backend, worker count and network, and the steady-state rate
+``throughput`` runs whole `asyncrl train --algo a3c` processes with a fixed budget and the stop
+rule off and reports the median (over seeds) of the summary's ``frames_per_second`` (training
+phase, 4 frames per agent step) per backend, worker count and network, and the steady-state rate
 (from the first game that ends past 20% of the budget to the last: start-up left out).
 ``versus-sb3`` runs, alternately on each seed, the same budget of agent steps through
-`asyncrl train` (the defaults: 2 workers) and through Stable-Baselines3's A2C with rl-zoo's
-Atari settings (16 games in one process, t_max 5, RMSprop as TF's, `make_atari_env`'s
-preprocessing: the same frame skip of 4 and 84x84 frames), and reports each one's frames/s
-over its training phase (start-up and imports left out) and whole process, and the ratio.
+`asyncrl train --algo a3c` (the atari preset's A3C settings, 2 workers) and through
+Stable-Baselines3's A2C with rl-zoo's Atari settings (16 games in one process, t_max 5,
+RMSprop as TF's, `make_atari_env`'s preprocessing: the same frame skip of 4 and 84x84 frames),
+and reports each one's frames/s over its training phase (start-up and imports left out) and
+whole process, and the ratio.
 ``ceiling`` times, on one core, the pieces of a worker's step at the preset's sizes (the env
 alone, the act forward, the loss forward and backward), counts the network's floating-point work
 per agent step, and gives the frames/s two cores would reach if they did nothing else: the
@@ -42,6 +43,11 @@ from typing import Any
 import torch
 from common import run_train, solve, steady_rate
 
+#: the learner the throughput, ceiling and SB3 figures are of: A3C with the atari preset's
+#: A3C settings (the preset itself picks APPO since 2026-11-25); extra arguments after ``--``
+#: come later and so win, ``-- --algo appo`` among them
+A3C = ["--algo", "a3c"]
+
 
 def throughput(args: argparse.Namespace) -> None:
     cells = [(b, w, net) for b in args.backends for net in args.nets for w in args.workers]
@@ -52,7 +58,7 @@ def throughput(args: argparse.Namespace) -> None:
         for seed in range(args.seeds):
             for cell in cells:  # interleaved: drift in the machine's speed hits all cells
                 backend, w, net = cell
-                extra = ["--env", args.env, "--workers", str(w), "--net", net]
+                extra = ["--env", args.env, *A3C, "--workers", str(w), "--net", net]
                 extra += ["--backend", backend]
                 extra += ["--steps", str(args.steps), "--target-return", "1e9", *args.extra]
                 s = run_train(seed, extra, Path(tmp))
@@ -131,7 +137,7 @@ def ceiling(args: argparse.Namespace) -> None:
     from asyncrl.models import build_model
 
     torch.set_num_threads(1)
-    cfg = preset(None, env=args.env).validate()
+    cfg = preset(None, env=args.env, algo="a3c").validate()
     T, B = args.t_max or cfg.t_max, args.envs or cfg.envs_per_worker
     info = probe_env(cfg.env)
     algo = make_algorithm(cfg, info)
@@ -252,7 +258,7 @@ def versus_sb3(args: argparse.Namespace) -> None:
     theirs: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
         for seed in range(args.seeds):
-            extra = ["--env", args.env, "--steps", str(args.steps), "--target-return", "1e9"]
+            extra = ["--env", args.env, *A3C, "--steps", str(args.steps), "--target-return", "1e9"]
             s = run_train(seed, [*extra, *args.extra], Path(tmp))
             ours.append((s["frames_per_second"], s["total_frames"] / s["process_seconds"]))
             cmd = [sys.executable, "-c", SB3_A2C_ATARI, args.env, str(seed), str(args.steps)]
@@ -273,7 +279,7 @@ def versus_sb3(args: argparse.Namespace) -> None:
     b = [statistics.median(x[i] for x in theirs) for i in (0, 1)]
     print(f"\n{args.env}, {args.steps:,} agent steps each, median of {args.seeds} seeds:")
     print("| | training frames/s | whole-process frames/s |\n|---|---|---|")
-    print(f"| asyncrl (defaults, 2 workers) | {a[0]:,.0f} | {a[1]:,.0f} |")
+    print(f"| asyncrl A3C (the atari preset's, 2 workers) | {a[0]:,.0f} | {a[1]:,.0f} |")
     print(f"| SB3 A2C (rl-zoo's Atari settings) | {b[0]:,.0f} | {b[1]:,.0f} |")
     print(f"| ratio | {a[0] / b[0]:.2f}x | {a[1] / b[1]:.2f}x |")
 

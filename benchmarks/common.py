@@ -42,8 +42,8 @@ def run_train(seed: int, extra: list[str], workdir: Path) -> dict:
 #: fixed budget. Runs of the same code on this (virtual, shared) 2-core machine have differed
 #: by 1.5x between sessions, so a figure is comparable with another only with this beside it.
 SPEED_ARGS = (
-    "--env", "PongNoFrameskip-v4", "--workers", "2", "--steps", "40000", "--target-return", "1e9",
-    "--eval-every", "0", "--stop-on", "train",
+    "--env", "PongNoFrameskip-v4", "--algo", "a3c", "--workers", "2", "--steps", "40000",
+    "--target-return", "1e9", "--eval-every", "0", "--stop-on", "train",
 )  # fmt: skip
 
 

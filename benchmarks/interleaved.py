@@ -9,7 +9,7 @@ the runs that reached the target, and the command.
     git worktree add /tmp/before HEAD~3
     python benchmarks/interleaved.py /tmp/before/src src --seeds 10
     python benchmarks/interleaved.py /tmp/before/src src --seeds 3 -- \
-        --env PongNoFrameskip-v4 --steps 20000 --target-return 1e9
+        --env PongNoFrameskip-v4 --algo a3c --steps 20000 --target-return 1e9
 
 The same tree with other arguments on one side (B gets --b-args as well), e.g. the cost of
 evaluation during training against none:
@@ -27,7 +27,7 @@ on a 3,000-step budget the default interval would evaluate whole games every 150
     git worktree add /tmp/old 48bfb07
     python benchmarks/interleaved.py /tmp/old/src src --seeds 1 \
         --b-args="--eval-every 0 --stop-on train" -- --workers 1 --backend processes \
-        --env PongNoFrameskip-v4 --steps 3000 --target-return 1e9
+        --env PongNoFrameskip-v4 --algo a3c --steps 3000 --target-return 1e9
 """
 
 from __future__ import annotations

@@ -95,8 +95,9 @@ PAPER_A3C = {
 
 
 def atari_hour(game: str) -> Task:
-    """One of the paper's five games for 60 minutes on the atari preset (no stop rule: the
-    target is the paper's 16-core A3C at 40M frames, read by the report)."""
+    """One of the paper's five games for 60 minutes on the defaults (the atari preset: APPO
+    since 2026-11-25; no stop rule: the target is the paper's 16-core A3C at 40M frames, read
+    by the report)."""
     at_40m, at_1h = PAPER_A3C[game]
     return Task(
         f"{game}NoFrameskip-v4",
@@ -255,10 +256,10 @@ SUITES: dict[str, list[Task]] = {
     # the paper's five games (Figure 1), an hour each on this machine: 5 hours a seed
     "atari5": [atari_hour(g) for g in ("BeamRider", "Breakout", "Pong", "Qbert", "SpaceInvaders")],
     # issue #28's Pong target (18 within 30 minutes on every seed), one task per learner on
-    # the atari preset (APPO: its APPO layer, 4 epochs; and with 2, faster per frame): 90
-    # minutes a seed
+    # the atari preset (APPO, the preset's algorithm: its APPO layer, 4 epochs; and with 2,
+    # faster per frame): 90 minutes a seed
     "pong30": [
-        pong30("A3C"),
+        pong30("A3C", "--algo", "a3c"),
         pong30("APPO", "--algo", "appo"),
         pong30("APPO-2-epochs", "--algo", "appo", "--epochs", "2"),
     ],

@@ -315,7 +315,8 @@ def test_the_worker_learns_across_a_lost_life_and_reports_whole_games(monkeypatc
             return super().loss(model, rollout, target_model)
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", Recording)
-    cfg = preset("atari", env="BreakoutNoFrameskip-v4", envs_per_worker=1, steps=1500).validate()
+    cfg = preset("atari", env="BreakoutNoFrameskip-v4", algo="a3c", envs_per_worker=1, steps=1500)
+    cfg = cfg.validate()
     info = probe_env(cfg.env)
     algo = Recording(cfg, info)
     state = GlobalState.create(cfg, algo.model_spec(), 1, False)
@@ -358,7 +359,8 @@ def test_a_short_pong_run_checkpoints_and_resumes(backend, run_dir):
     resumed = asyncrl.train(resume=run_dir, steps=3_000, progress=False)
     assert resumed["resumed"] and resumed["total_steps"] >= 3_000
     cfg = json.loads((run_dir / "config.json").read_text())
-    assert cfg["t_max"] == 20 and cfg["lr"] == 1.4e-3  # the atari preset, picked from the env
+    # the atari preset, picked from the env: APPO with PPO's Atari setting
+    assert cfg["algo"] == "appo" and cfg["t_max"] == 128 and cfg["lr"] == 2.5e-4
     policy = asyncrl.load(run_dir)
     assert policy.spec.encoder == "a3c" and policy.spec.obs_dtype == "uint8"
 

@@ -79,7 +79,9 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
     assert (pong.envs_per_worker, pong.t_max, pong.epochs, pong.minibatches) == (8, 128, 4, 4)
     assert (pong.clip, pong.lr, pong.optimizer, pong.eps) == (0.1, 2.5e-4, "adam", 1e-5)
     assert pong.entropy_coef == 0.01 and pong.value_coef == 0.25  # the atari preset's
-    a3c = preset(None, env="PongNoFrameskip-v4")
+    # APPO is the atari preset's algorithm; --algo a3c gets the A3C settings under it
+    assert preset(None, env="PongNoFrameskip-v4") == pong
+    a3c = preset(None, env="PongNoFrameskip-v4", algo="a3c")
     assert (a3c.envs_per_worker, a3c.t_max, a3c.lr, a3c.optimizer) == (4, 20, 1.4e-3, "rmsprop")
     # what the user gives wins over both layers
     assert preset(None, env="PongNoFrameskip-v4", algo="appo", t_max=64).t_max == 64
