@@ -414,3 +414,34 @@ def test_eval_records_a_whole_pong_game_to_mp4(run_dir, tmp_path):
     meta = reader.get_meta_data()
     assert meta["codec"] == "h264" and meta["size"] == (160, 224)  # 210 padded to 224
     assert reader.count_frames() > 500  # a whole game, not one rally
+
+
+def test_dead_units_tells_a_network_that_sees_every_frame_alike():
+    """benchmarks/dead_units.py, the measure behind the Pong take-off finding: a conv layer
+    whose every unit is below zero on every frame is dead, and the layer after it then gives
+    every frame the same features."""
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from asyncrl.algos.a3c import A3C
+    from asyncrl.config import preset
+    from asyncrl.envs import probe_env
+    from asyncrl.models import build_model
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import dead_units
+
+    x = dead_units.frames("PongNoFrameskip-v4", n=20)
+    assert x.shape == (20, 4, 84, 84) and x.dtype == torch.uint8
+    cfg = preset(None, env="PongNoFrameskip-v4", algo="a3c")
+    model = build_model(A3C(cfg, probe_env(cfg.env)).model_spec())
+    alive = dead_units.report(model, x)
+    assert len(alive) == 3 and "dead 100.0%" not in "".join(alive)
+    with torch.no_grad():
+        model.pi_body.convs[1].bias.fill_(-100.0)
+    dead = dead_units.report(model, x)
+    assert dead[0] == alive[0]  # the layer before is untouched
+    assert "layer 1 (Conv2d): dead 100.0%, mean activation 0.000" in dead[1]
+    assert dead[2].endswith("std across frames 0.0000")
