@@ -58,7 +58,8 @@ class Config:
 
     algo: Literal["a3c", "appo", "nstep-q", "onestep-q", "onestep-sarsa"] = "a3c"
     """algorithm: the paper's four, or appo (asynchronous PPO: several clipped passes over
-    each rollout)"""
+    each rollout); the env's preset picks appo for Atari, MuJoCo and LunarLander (atari,
+    mujoco, box2d-lander, box2d-discrete)"""
     env: str = "CartPole-v1"
     """Gymnasium environment id"""
     env_kwargs: tuple[str, ...] = ()
@@ -675,10 +676,10 @@ _PRESETS: dict[str, dict[str, Any]] = {
     #   and a 20-step return carries it back in one update where 5-step returns wait for the
     #   critic to relay it; a quarter of the updates also costs less learning per frame, so more
     #   frames are played in the same time.
-    # APPO by default (its layer below, PPO's Atari setting): on Pong it took off on every seed
-    # where this A3C took off on about half of them, and it climbs several times as fast per
-    # frame; on Breakout it scored 152 at 60 minutes to this A3C's 97 (docs/presets.md#atari).
-    # --algo a3c gets A3C's settings above; the Q methods get theirs too.
+    # APPO by default (its layer below, PPO's Atari setting): on Pong it took off on 9 runs of 9
+    # where this A3C took off on 6 of 9, and it climbs several times as fast per frame; in an
+    # hour it scored 152 on Breakout and 604 on Space Invaders, this A3C 97 and 527
+    # (docs/presets.md#atari). --algo a3c gets A3C's settings above, the Q methods theirs.
     "atari": dict(
         algo="appo",
         envs_per_worker=4,
@@ -804,8 +805,8 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
     "box2d": _PPO_LOCOMOTION,
     "box2d-lander": _PPO_LOCOMOTION,
     # PPO's Atari setting (Schulman et al., 2017; SB3's and CleanRL's): 8 games x 128 steps a
-    # rollout, 4 epochs of 4 minibatches, clip 0.1, Adam at 2.5e-4. Per frame it takes off on
-    # Pong well before A3C's preset (docs/benchmarks.md#atari-appo); not tuned here.
+    # rollout, 4 epochs of 4 minibatches, clip 0.1, Adam at 2.5e-4: the atari preset's
+    # algorithm (above); not tuned here.
     "atari": dict(lr=2.5e-4, envs_per_worker=8, t_max=128, epochs=4, minibatches=4, clip=0.1),
 }
 
