@@ -8,7 +8,12 @@ without locks (Hogwild, Recht et al., 2011), as the paper does.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from asyncrl.config import Config
 
 
 def _shared_zeros_like(t: torch.Tensor) -> torch.Tensor:
@@ -106,14 +111,13 @@ class SharedAdam:
 SharedOptimizer = SharedRMSprop | SharedAdam
 
 
-def make_optimizer(
-    name: str, params: torch.Tensor, lr: float, rms_alpha: float, eps: float, rms_init: float = 0.0
-) -> SharedOptimizer:
-    if name == "rmsprop":
-        return SharedRMSprop(params, lr, alpha=rms_alpha, eps=eps, init=rms_init)
-    if name == "adam":
-        return SharedAdam(params, lr, eps=eps)
-    raise ValueError(f"unknown optimizer {name!r}")
+def make_optimizer(cfg: Config, params: torch.Tensor) -> SharedOptimizer:
+    """The shared optimizer ``cfg`` names, over the flat parameter vector ``params``."""
+    if cfg.optimizer == "rmsprop":
+        return SharedRMSprop(params, cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps, init=cfg.rms_init)
+    if cfg.optimizer == "adam":
+        return SharedAdam(params, cfg.lr, eps=cfg.eps)
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
 
 
 def linear_lr(lr: float, step: int, total_steps: int) -> float:

@@ -45,9 +45,7 @@ class GlobalState:
         target = params.clone() if uses_target else None
         state = cls(
             params=params,
-            optimizer=make_optimizer(
-                cfg.optimizer, params, cfg.lr, cfg.rms_alpha, cfg.eps, cfg.rms_init
-            ),
+            optimizer=make_optimizer(cfg, params),
             target_params=target,
             target_period=torch.zeros(1, dtype=torch.int64),
             counters=torch.zeros((3, workers), dtype=torch.int64),
@@ -65,9 +63,7 @@ class GlobalState:
         params = torch.from_numpy(snap.params.copy())
         state = cls(
             params=params,
-            optimizer=make_optimizer(
-                cfg.optimizer, params, cfg.lr, cfg.rms_alpha, cfg.eps, cfg.rms_init
-            ),
+            optimizer=make_optimizer(cfg, params),
             target_params=None
             if snap.target_params is None
             else torch.from_numpy(snap.target_params.copy()),
