@@ -213,6 +213,11 @@ class Config:
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
     """encoder: mlp for vectors; for images the A3C paper's conv net (a3c), the Nature DQN net
     (nature) or MinAtar's small one (minatar); auto picks from the observation space"""
+    precision: Literal["auto", "float32", "bfloat16"] = "float32"
+    """the conv encoder's arithmetic: bfloat16 runs its layers in bfloat16 (CPU autocast:
+    parameters, gradients, the optimizer, the heads and the losses stay float32), several
+    times as fast on a CPU with AMX and slower on one without; auto: bfloat16 where the CPU
+    has AMX, float32 elsewhere (the atari preset's choice)"""
     target_update: int = 2_000
     """Q methods: copy the global parameters to the shared target network theta^- every this
     many global agent steps (paper: 40,000 frames; --preset paper counts them as frames, so
@@ -699,6 +704,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
         eps_probs=(0.4, 0.3, 0.3),
         eps_anneal_steps=1_000_000,
         checkpoint_every="300s",
+        precision="auto",
     ),
     # Continuous control (Box actions outside MuJoCo and Box2D: Pendulum, MountainCar...):
     # tuned on Pendulum-v1 (docs/presets.md): gamma 0.9 and GAE(0.9), observations

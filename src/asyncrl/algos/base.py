@@ -26,7 +26,8 @@ from torch import nn
 
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
-from asyncrl.models import ModelSpec
+from asyncrl.errors import UserError
+from asyncrl.models import ModelSpec, cpu_has_amx
 from asyncrl.rollout import Rollout
 
 
@@ -169,6 +170,14 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
             encoder = "mlp"
         else:
             encoder = "minatar" if min(shape[:2] if channels_last else shape[1:]) < 36 else "a3c"
+    precision = cfg.precision
+    if precision == "auto":
+        precision = "bfloat16" if encoder != "mlp" and cpu_has_amx() else "float32"
+    elif precision == "bfloat16" and encoder == "mlp":
+        raise UserError(
+            "--precision bfloat16 is for conv encoders (image observations); an MLP gains "
+            "nothing from it: drop the flag or pass --precision float32"
+        )
     return ModelSpec(
         kind=kind,
         obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
@@ -183,4 +192,5 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
         shared_trunk=cfg.shared_trunk if cfg.shared_trunk is not None else image,
         encoder=encoder,
         channels_last=channels_last,
+        precision=precision,
     )
