@@ -41,9 +41,11 @@ def run_train(seed: int, extra: list[str], workdir: Path) -> dict:
 #: the machine's speed today: the atari preset's A3C on Pong (2 workers, no evaluations) for a
 #: fixed budget. Runs of the same code on this (virtual, shared) 2-core machine have differed
 #: by 1.5x between sessions, so a figure is comparable with another only with this beside it.
+#: Pinned to float32, so that the figure compares across days whatever precision the preset
+#: picks for A3C and whether or not the CPU has AMX (docs/atari.md#bfloat16-on-amx).
 SPEED_ARGS = (
     "--env", "PongNoFrameskip-v4", "--algo", "a3c", "--workers", "2", "--steps", "40000",
-    "--target-return", "1e9", "--eval-every", "0", "--stop-on", "train",
+    "--target-return", "1e9", "--eval-every", "0", "--stop-on", "train", "--precision", "float32",
 )  # fmt: skip
 
 

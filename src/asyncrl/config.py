@@ -215,9 +215,9 @@ class Config:
     (nature) or MinAtar's small one (minatar); auto picks from the observation space"""
     precision: Literal["auto", "float32", "bfloat16"] = "float32"
     """the conv encoder's arithmetic: bfloat16 runs its layers in bfloat16 (CPU autocast:
-    parameters, gradients, the optimizer, the heads and the losses stay float32), several
-    times as fast on a CPU with AMX and slower on one without; auto: bfloat16 where the CPU
-    has AMX, float32 elsewhere (the atari preset's choice)"""
+    parameters, gradients, the optimizer, the heads and the losses stay float32), a learning
+    pass in about half the time on a CPU with AMX and slower on one without; auto: bfloat16
+    where the CPU has AMX, float32 elsewhere (the atari preset's APPO's choice)"""
     target_update: int = 2_000
     """Q methods: copy the global parameters to the shared target network theta^- every this
     many global agent steps (paper: 40,000 frames; --preset paper counts them as frames, so
@@ -704,7 +704,6 @@ _PRESETS: dict[str, dict[str, Any]] = {
         eps_probs=(0.4, 0.3, 0.3),
         eps_anneal_steps=1_000_000,
         checkpoint_every="300s",
-        precision="auto",
     ),
     # Continuous control (Box actions outside MuJoCo and Box2D: Pendulum, MountainCar...):
     # tuned on Pendulum-v1 (docs/presets.md): gamma 0.9 and GAE(0.9), observations
@@ -812,8 +811,17 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
     "box2d-lander": _PPO_LOCOMOTION,
     # PPO's Atari setting (Schulman et al., 2017; SB3's and CleanRL's): 8 games x 128 steps a
     # rollout, 4 epochs of 4 minibatches, clip 0.1, Adam at 2.5e-4: the atari preset's
-    # algorithm (above); not tuned here.
-    "atari": dict(lr=2.5e-4, envs_per_worker=8, t_max=128, epochs=4, minibatches=4, clip=0.1),
+    # algorithm (above); not tuned here. In bfloat16 where the CPU has AMX: four learning
+    # passes a frame, each about half float32's time there (docs/atari.md#bfloat16-on-amx)
+    "atari": dict(
+        lr=2.5e-4,
+        envs_per_worker=8,
+        t_max=128,
+        epochs=4,
+        minibatches=4,
+        clip=0.1,
+        precision="auto",
+    ),
 }
 
 

@@ -110,9 +110,9 @@ def _conv(c_in: int, c_out: int, k: int, s: int) -> nn.Conv2d:
 
 def cpu_has_amx() -> bool:
     """Whether this CPU has AMX, the matrix units that make bfloat16 convolutions and matrix
-    products several times as fast as float32's (without them bfloat16 is slower)."""
+    products two or more times as fast as float32's (without them bfloat16 is slower)."""
     try:
-        return bool(torch.cpu._is_amx_tile_supported())  # type: ignore[attr-defined]
+        return bool(torch.cpu._is_amx_tile_supported())
     except Exception:  # a private API: gone in some later torch, take it as no AMX
         return False
 
@@ -200,7 +200,7 @@ class ConvEncoder(nn.Module):
         if len(obs_shape) != 3:
             raise ValueError(f"the {name} conv net takes image observations, got {obs_shape}")
         self.channels_last = channels_last
-        self.bfloat16 = precision == "bfloat16"
+        self.in_bfloat16 = precision == "bfloat16"
         c, h, w = (obs_shape[2], *obs_shape[:2]) if channels_last else obs_shape
         layers, fc = _CONV_NETS[name]
         convs = []
@@ -221,7 +221,7 @@ class ConvEncoder(nn.Module):
             # conversion, which keeps the layout: uint8 pixels are a quarter of the bytes. The
             # acting pass, without gradients, keeps NCHW: there NHWC measured no faster.
             x = x.contiguous(memory_format=torch.channels_last)
-        if self.bfloat16:
+        if self.in_bfloat16:
             return self._forward_bfloat16(x)
         x = as_float(x)
         for conv in self.convs:
@@ -233,7 +233,8 @@ class ConvEncoder(nn.Module):
         # CPU's AMX units: the learning pass takes about half float32's time. Their gradients
         # come back float32 to the float32 parameters, and the features leave as float32, so
         # the heads' log-probabilities, the PPO ratio and the losses keep float32's precision.
-        first, *rest = self.convs
+        first: nn.Conv2d
+        first, *rest = self.convs  # type: ignore[assignment]
         with torch.autocast("cpu", torch.bfloat16):
             if x.dtype == torch.uint8:
                 # pixels 0-255 are exact in bfloat16: the 1/255 goes into the first layer's few
