@@ -42,7 +42,7 @@ def run_train(seed: int, extra: list[str], workdir: Path) -> dict:
 #: fixed budget. Runs of the same code on this (virtual, shared) 2-core machine have differed
 #: by 1.5x between sessions, so a figure is comparable with another only with this beside it.
 #: Pinned to float32, so that the figure compares across days whatever precision the preset
-#: picks for A3C and whether or not the CPU has AMX (docs/atari.md#bfloat16-on-amx).
+#: picks for A3C and whether or not the CPU has bfloat16 units (docs/atari.md#bfloat16).
 SPEED_ARGS = (
     "--env", "PongNoFrameskip-v4", "--algo", "a3c", "--workers", "2", "--steps", "40000",
     "--target-return", "1e9", "--eval-every", "0", "--stop-on", "train", "--precision", "float32",
@@ -59,7 +59,34 @@ def machine_speed(runs: int = 3) -> dict:
         "frames_per_second": statistics.median(fps),
         "runs": fps,
         "command": "python benchmarks/calibrate.py",
+        "cpu": cpu(),
     }
+
+
+def cpu() -> str:
+    """The CPU's model and its bfloat16 units, which decide the atari preset's APPO precision
+    (``--precision auto``): e.g. "AMD EPYC, AVX-512 BF16"."""
+    import torch
+
+    name = "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    try:
+        units = [
+            unit
+            for unit, has in (
+                ("AMX", torch.cpu._is_amx_tile_supported()),
+                ("AVX-512 BF16", torch.cpu._is_avx512_bf16_supported()),
+            )
+            if has
+        ]
+    except AttributeError:
+        units = []
+    return f"{name}, {' and '.join(units) or 'no bfloat16 units'}"
 
 
 def first_crossing(episodes_csv: Path, threshold: float, window: int = 100) -> int | None:

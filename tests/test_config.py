@@ -79,7 +79,8 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
     assert (pong.envs_per_worker, pong.t_max, pong.epochs, pong.minibatches) == (8, 128, 4, 4)
     assert (pong.clip, pong.lr, pong.optimizer, pong.eps) == (0.1, 2.5e-4, "adam", 1e-5)
     assert pong.entropy_coef == 0.01 and pong.value_coef == 0.25  # the atari preset's
-    # bfloat16 where the CPU has AMX: measured for APPO's four passes a frame, not for A3C
+    # bfloat16 where the CPU has AMX or AVX-512 BF16: measured for APPO's four passes a frame,
+    # not for A3C
     assert (
         pong.precision == "auto"
         and preset(None, env="PongNoFrameskip-v4", algo="a3c").precision == "float32"

@@ -308,10 +308,32 @@ def test_a_bfloat16_encoder_gives_float32s_features_and_gradients_to_its_precisi
         assert _rel(g_bf, g_ref) < 0.15
 
 
+@pytest.mark.parametrize(
+    ("amx", "avx512_bf16", "expected"),
+    [(True, False, True), (False, True, True), (False, False, False), (None, None, False)],
+)
+def test_bfloat16_units_are_amx_or_avx512_bf16(monkeypatch, amx, avx512_bf16, expected):
+    """Either unit makes bfloat16 faster than float32 (AMX on Intel, AVX-512 BF16 on AMD Zen
+    4); neither, or torch without the private probes (None: they raise), is float32."""
+    from asyncrl.models import cpu_has_bfloat16_units
+
+    def probe(value):
+        def f():
+            if value is None:
+                raise AttributeError("no such probe in this torch")
+            return value
+
+        return f
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", probe(amx))
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", probe(avx512_bf16))
+    assert cpu_has_bfloat16_units() is expected
+
+
 def test_the_precision_is_resolved_when_the_network_is_chosen(monkeypatch):
-    """auto is bfloat16 for a conv encoder on a CPU with AMX, float32 elsewhere and for an
-    MLP; bfloat16 asked for an MLP is a clear error; a spec saved before the field existed
-    loads as float32."""
+    """auto is bfloat16 for a conv encoder on a CPU with AMX or AVX-512 BF16, float32 elsewhere
+    and for an MLP; bfloat16 asked for an MLP is a clear error; a spec saved before the field
+    existed loads as float32."""
     from asyncrl.algos import base
     from asyncrl.config import Config
     from asyncrl.envs import EnvInfo
@@ -319,11 +341,11 @@ def test_the_precision_is_resolved_when_the_network_is_chosen(monkeypatch):
 
     pixels = EnvInfo("Pong", (4, 84, 84), "uint8", ActionSpace("discrete", 6))
     vector = EnvInfo("CartPole", (4,), "float32", ActionSpace("discrete", 2))
-    for amx in (True, False):
-        monkeypatch.setattr(base, "cpu_has_amx", lambda amx=amx: amx)
+    for fast in (True, False):
+        monkeypatch.setattr(base, "cpu_has_bfloat16_units", lambda fast=fast: fast)
         auto = Config(precision="auto")
         assert base.model_spec_for(auto, "actor-critic", pixels).precision == (
-            "bfloat16" if amx else "float32"
+            "bfloat16" if fast else "float32"
         )
         assert base.model_spec_for(auto, "actor-critic", vector).precision == "float32"
         assert base.model_spec_for(Config(), "q", pixels).precision == "float32"

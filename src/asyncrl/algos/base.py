@@ -27,7 +27,7 @@ from torch import nn
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
 from asyncrl.errors import UserError
-from asyncrl.models import ModelSpec, cpu_has_amx
+from asyncrl.models import ModelSpec, cpu_has_bfloat16_units
 from asyncrl.rollout import Rollout
 
 
@@ -172,7 +172,7 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
             encoder = "minatar" if min(shape[:2] if channels_last else shape[1:]) < 36 else "a3c"
     precision = cfg.precision
     if precision == "auto":
-        precision = "bfloat16" if encoder != "mlp" and cpu_has_amx() else "float32"
+        precision = "bfloat16" if encoder != "mlp" and cpu_has_bfloat16_units() else "float32"
     elif precision == "bfloat16" and encoder == "mlp":
         raise UserError(
             "--precision bfloat16 is for conv encoders (image observations); an MLP gains "
