@@ -195,6 +195,24 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
     assert (tmp_path / "docs" / "suite-atari5.png").stat().st_size > 0  # its curve by time
 
 
+def test_a_results_machine_speed_names_its_cpu_and_bfloat16_units(monkeypatch):
+    """The suite keeps the CPU with the machine's speed, since its bfloat16 units decide the
+    atari preset's precision (a result from an AMX CPU is not one from a CPU without)."""
+    import common
+    import torch
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert common.cpu().endswith(", AVX-512 BF16")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    assert common.cpu().endswith(", no bfloat16 units")
+    speed = {"frames_per_second": 7770.4, "runs": [7770.4], "cpu": "AMD EPYC, AVX-512 BF16"}
+    assert suite.speed_of({"machine_speed": speed}) == "7,770 frames/s (AMD EPYC, AVX-512 BF16)"
+    del speed["cpu"]  # results kept before the suite recorded it
+    assert suite.speed_of({"machine_speed": speed}) == "7,770 frames/s"
+    assert suite.speed_of({}) == "-"
+
+
 def test_a_sweep_scores_a_setting_over_its_seeds():
     """benchmarks/sweep.py: the mean env steps to the target, an unsolved seed counting as
     twice the budget; a setting becomes `asyncrl train` options."""

@@ -111,8 +111,8 @@ def _conv(c_in: int, c_out: int, k: int, s: int) -> nn.Conv2d:
 def cpu_has_bfloat16_units() -> bool:
     """Whether this CPU computes bfloat16 convolutions and matrix products faster than float32's:
     AMX (Intel's matrix units: APPO's Pong learning pass in about half the time) or AVX-512 BF16
-    (AMD Zen 4: 0.70 of the time, and 1.34 times the frames/s of a whole APPO run on Pong).
-    Without either, bfloat16 is emulated and slower (docs/atari.md#bfloat16)."""
+    (AMD Zen 4: 0.62 of the time, and 1.34 times the frames/s of a whole APPO run on Pong).
+    Without either, bfloat16 arithmetic is emulated: auto keeps float32 (docs/atari.md#bfloat16)."""
     try:
         return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
     except Exception:  # private APIs: gone in some later torch, take it as neither
@@ -232,7 +232,7 @@ class ConvEncoder(nn.Module):
 
     def _forward_bfloat16(self, x: torch.Tensor) -> torch.Tensor:
         # The convolutions and the fc layer, nearly all of the network's arithmetic, on the
-        # CPU's AMX or AVX-512 BF16 units: the learning pass takes 0.5-0.7 of float32's time
+        # CPU's AMX or AVX-512 BF16 units: the learning pass takes 0.5-0.6 of float32's time
         # (cpu_has_bfloat16_units). Their gradients come back float32 to the float32
         # parameters, and the features leave as float32, so the heads' log-probabilities, the
         # PPO ratio and the losses keep float32's precision.

@@ -1,0 +1,91 @@
+"""float32 against bfloat16 (``--precision``) for a pixel network on this CPU: the learning pass
+(forward and backward of the whole actor-critic, APPO's minibatch of 256 Pong frames, NHWC as a
+worker's learning pass) and the act forward (8 games, NCHW, no gradient), one thread, as a
+worker runs them. Prints the median milliseconds over seeds and the ratio bfloat16 / float32,
+with the CPU and its bfloat16 units (AMX, AVX-512 BF16), which `--precision auto` reads.
+
+    python benchmarks/precision.py --seeds 3
+    python benchmarks/precision.py --seeds 3 --net nature --batch 512
+
+A ratio under 1 is bfloat16 faster. A whole run's frames/s also counts the emulators and the
+acting pass: measure it with `benchmarks/interleaved.py` (docs/atari.md#bfloat16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Literal
+
+import torch
+from common import cpu
+
+from asyncrl.envs import ActionSpace
+from asyncrl.models import ActorCritic, ModelSpec, build_model
+
+Precision = Literal["float32", "bfloat16"]
+
+
+def time_pass(net: str, precision: Precision, batch: int, grad: bool, seed: int, n: int) -> float:
+    """Median seconds of ``n`` calls (after 3 warm-up calls) of one pass of a fresh network."""
+    torch.manual_seed(seed)
+    spec = ModelSpec(
+        "actor-critic",
+        (4, 84, 84),
+        ActionSpace("discrete", 6),
+        obs_dtype="uint8",
+        encoder=net,  # type: ignore[arg-type]
+        precision=precision,
+    )
+    model = build_model(spec)
+    assert isinstance(model, ActorCritic)
+    obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)
+    state, first = model.initial_state(batch), torch.zeros(batch, dtype=torch.bool)
+    times = []
+    for _ in range(n + 3):
+        t0 = time.perf_counter()
+        if grad:
+            # APPO's minibatch: single transitions, every row learnt from (no bootstrap row)
+            model.zero_grad(set_to_none=True)
+            params, values = model.unroll(obs[None], state, first[None], bootstrap=False)
+            (params.logsumexp(-1).mean() + values.square().mean()).backward()
+        else:
+            with torch.no_grad():
+                model.act(obs, state, first)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[3:])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--net", choices=["a3c", "nature"], default="a3c")
+    p.add_argument("--batch", type=int, default=256, help="learning pass rows (APPO: 256)")
+    p.add_argument("--act-batch", type=int, default=8, help="games a worker acts for (APPO: 8)")
+    p.add_argument("--calls", type=int, default=20, help="timed calls a seed and variant")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    print(f"CPU: {cpu()}; {args.net} net, one thread, median of {args.seeds} seeds")
+    for name, batch, grad in (
+        (f"learning pass, {args.batch} frames", args.batch, True),
+        (f"act forward, {args.act_batch} games", args.act_batch, False),
+    ):
+        ms = {}
+        for precision in ("float32", "bfloat16"):
+            runs = [
+                time_pass(args.net, precision, batch, grad, seed, args.calls)
+                for seed in range(args.seeds)
+            ]
+            ms[precision] = 1e3 * statistics.median(runs)
+        ratio = ms["bfloat16"] / ms["float32"]
+        print(
+            f"{name}: float32 {ms['float32']:.2f} ms, bfloat16 {ms['bfloat16']:.2f} ms, "
+            f"ratio {ratio:.2f}"
+        )
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items())
+    print(f"command: python benchmarks/precision.py {flags}")
+
+
+if __name__ == "__main__":
+    main()
