@@ -452,6 +452,34 @@ def speed_of(r: dict) -> str:
     return f"{speed['frames_per_second']:,.0f} frames/s{cpu}"
 
 
+def band(
+    rs: list[dict], xs_key: str, ys_key: str, grid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The median and quartiles across seeds of each result's curve on ``grid``. A run its stop
+    rule ended holds its last value to the end of the grid (it stopped at the target, and
+    leaving it out would make the median of the rest drop where it stopped); an unsolved run holds
+    its last value to its own end (a curve's last point may be empty), past it and before a
+    curve's first value the seed has none."""
+    ys = []
+    for r in rs:
+        c = np.array([np.nan if v is None else v for v in r[ys_key]], dtype=float)
+        x = np.asarray(r[xs_key], dtype=float)
+        have = np.isfinite(c)
+        if not have.any():
+            ys.append(np.full(len(grid), np.nan))
+            continue
+        y = np.interp(grid, x[have], c[have], left=np.nan, right=c[have][-1])
+        if not r.get("solved"):
+            y[grid > x[-1]] = np.nan
+        ys.append(y)
+    y = np.asarray(ys)
+    with warnings.catch_warnings():  # no seed has a value at a grid step: a gap
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(y, axis=0)
+        q1, q3 = np.nanpercentile(y, 25, axis=0), np.nanpercentile(y, 75, axis=0)
+    return med, q1, q3
+
+
 def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Path) -> Path:
     import matplotlib
 
@@ -512,17 +540,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         xs_key, ys_key = ("curve_seconds", "curve_by_time") if by_time else ("curve_steps", "curve")
         top = max(r[xs_key][-1] for r in rs)
         grid = np.linspace(0, top, 60)
-        ys = []
-        for r in rs:
-            c = np.array([np.nan if v is None else v for v in r[ys_key]], dtype=float)
-            x = np.asarray(r[xs_key])
-            y = np.interp(grid, x, c, right=np.nan)  # a solved run stops: no value past it
-            ys.append(y)
-        y = np.asarray(ys)
-        with warnings.catch_warnings():  # all seeds stopped before a grid step: a gap
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(y, axis=0)
-            q1, q3 = np.nanpercentile(y, 25, axis=0), np.nanpercentile(y, 75, axis=0)
+        med, q1, q3 = band(rs, xs_key, ys_key, grid)
         x = grid / 60 if by_time else grid
         ax.plot(x, med, lw=2, label=f"median of {len(rs)} seeds")
         ax.fill_between(x, q1, q3, alpha=0.3, label="25-75%")

@@ -213,6 +213,25 @@ def test_a_results_machine_speed_names_its_cpu_and_bfloat16_units(monkeypatch):
     assert suite.speed_of({}) == "-"
 
 
+def test_a_run_its_stop_rule_ended_holds_its_last_value_in_the_band():
+    """Three seeds on a grid of 0-30 minutes: one solved at 10 minutes and stopped. Past 10
+    minutes the median is of all three (the solved one at 18), not of the two that went on;
+    an unsolved run holds its last value to its end (the last point of a curve may be empty),
+    and has none past it."""
+    grid = np.array([0.0, 600.0, 1200.0, 1800.0])
+    runs = [
+        {"solved": True, "t": [0.0, 600.0], "y": [None, 18.0]},
+        {"solved": False, "t": [0.0, 1200.0, 1800.0], "y": [-20.0, 0.0, 10.0]},
+        {"solved": False, "t": [0.0, 1200.0, 1500.0, 1800.0], "y": [-20.0, -20 / 3, 0.0, None]},
+    ]
+    med, _, q3 = suite.band(runs, "t", "y", grid)
+    assert med[2] == pytest.approx(0.0)  # of 18, 0 and -6.7 (the two that went on: -3.3)
+    assert med[3] == pytest.approx(10.0) and q3[3] == pytest.approx(14.0)
+    runs[0]["solved"] = False  # ended by something else: out of the band past its end
+    med, _, _ = suite.band(runs, "t", "y", grid)
+    assert med[3] == pytest.approx(5.0)
+
+
 def test_a_sweep_scores_a_setting_over_its_seeds():
     """benchmarks/sweep.py: the mean env steps to the target, an unsolved seed counting as
     twice the budget; a setting becomes `asyncrl train` options."""
