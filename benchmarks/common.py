@@ -66,7 +66,7 @@ def machine_speed(runs: int = 3) -> dict:
 def cpu() -> str:
     """The CPU's model and its bfloat16 units, which decide the atari preset's APPO precision
     (``--precision auto``): e.g. "AMD EPYC, AVX-512 BF16"."""
-    import torch
+    from asyncrl.models import cpu_bfloat16_units
 
     name = "unknown CPU"
     cpuinfo = Path("/proc/cpuinfo")
@@ -75,18 +75,7 @@ def cpu() -> str:
             if line.startswith("model name"):
                 name = line.split(":", 1)[1].strip()
                 break
-    try:
-        units = [
-            unit
-            for unit, has in (
-                ("AMX", torch.cpu._is_amx_tile_supported()),
-                ("AVX-512 BF16", torch.cpu._is_avx512_bf16_supported()),
-            )
-            if has
-        ]
-    except AttributeError:
-        units = []
-    return f"{name}, {' and '.join(units) or 'no bfloat16 units'}"
+    return f"{name}, {' and '.join(cpu_bfloat16_units()) or 'no bfloat16 units'}"
 
 
 def first_crossing(episodes_csv: Path, threshold: float, window: int = 100) -> int | None:

@@ -216,8 +216,8 @@ class Config:
     precision: Literal["auto", "float32", "bfloat16"] = "float32"
     """the conv encoder's arithmetic: bfloat16 runs its layers in bfloat16 (CPU autocast:
     parameters, gradients, the optimizer, the heads and the losses stay float32), a learning
-    pass in 0.5-0.6 of float32's time on a CPU with AMX or AVX-512 BF16 and slower on one with
-    neither; auto: bfloat16 where the CPU has either, float32 elsewhere (the atari preset's
+    pass in 0.5-0.6 of float32's time on a CPU with AMX or AVX-512 BF16 (emulated on one with
+    neither); auto: bfloat16 where the CPU has either, float32 elsewhere (the atari preset's
     APPO's choice)"""
     target_update: int = 2_000
     """Q methods: copy the global parameters to the shared target network theta^- every this

@@ -108,15 +108,25 @@ def _conv(c_in: int, c_out: int, k: int, s: int) -> nn.Conv2d:
     return layer
 
 
-def cpu_has_bfloat16_units() -> bool:
-    """Whether this CPU computes bfloat16 convolutions and matrix products faster than float32's:
-    AMX (Intel's matrix units: APPO's Pong learning pass in about half the time) or AVX-512 BF16
-    (AMD Zen 4: 0.62 of the time, and 1.34 times the frames/s of a whole APPO run on Pong).
-    Without either, bfloat16 arithmetic is emulated: auto keeps float32 (docs/atari.md#bfloat16)."""
+def cpu_bfloat16_units() -> list[str]:
+    """The units of this CPU that compute bfloat16 convolutions and matrix products faster than
+    float32's: "AMX" (Intel's matrix units: APPO's Pong learning pass in about half the time)
+    and "AVX-512 BF16" (AMD Zen 4: 0.62 of the time, and 1.34 times the frames/s of a whole
+    APPO run on Pong). Without either, bfloat16 arithmetic is emulated: auto keeps float32
+    (docs/atari.md#bfloat16)."""
     try:
-        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+        probes = (
+            ("AMX", torch.cpu._is_amx_tile_supported()),
+            ("AVX-512 BF16", torch.cpu._is_avx512_bf16_supported()),
+        )
     except Exception:  # private APIs: gone in some later torch, take it as neither
-        return False
+        return []
+    return [unit for unit, has in probes if has]
+
+
+def cpu_has_bfloat16_units() -> bool:
+    """Whether --precision auto picks bfloat16 here (on a conv encoder)."""
+    return bool(cpu_bfloat16_units())
 
 
 def as_float(obs: torch.Tensor) -> torch.Tensor:
