@@ -41,8 +41,8 @@ def run_train(seed: int, extra: list[str], workdir: Path) -> dict:
 #: the machine's speed today: the atari preset's A3C on Pong (2 workers, no evaluations) for a
 #: fixed budget. Runs of the same code on this (virtual, shared) 2-core machine have differed
 #: by 1.5x between sessions, so a figure is comparable with another only with this beside it.
-#: Pinned to float32, so that the figure compares across days whatever precision the preset
-#: picks for A3C and whether or not the CPU has bfloat16 units (docs/atari.md#bfloat16).
+#: Pinned to float32 (A3C's preset keeps float32 today; named so that a later change of the
+#: preset cannot move the yardstick, whatever bfloat16 units the CPU has: docs/atari.md#bfloat16).
 SPEED_ARGS = (
     "--env", "PongNoFrameskip-v4", "--algo", "a3c", "--workers", "2", "--steps", "40000",
     "--target-return", "1e9", "--eval-every", "0", "--stop-on", "train", "--precision", "float32",

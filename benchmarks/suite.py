@@ -257,7 +257,7 @@ SUITES: dict[str, list[Task]] = {
     "atari5": [atari_hour(g) for g in ("BeamRider", "Breakout", "Pong", "Qbert", "SpaceInvaders")],
     # issue #28's Pong target (18 within 30 minutes on every seed), one task per learner on
     # the atari preset (APPO, the preset's algorithm: its APPO layer, 4 epochs; and with 2,
-    # faster per frame), and the defaults on the machine at hand: 2 hours a seed
+    # faster per frame), and the defaults on the machine at hand: 2.5 hours a seed
     "pong30": [
         # measured in float32 before --precision existed; pinned so they repeat today
         pong30("A3C", "--algo", "a3c", "--precision", "float32"),
@@ -390,6 +390,8 @@ def measure(
         "solve_steps": summary["solve_steps"],
         "total_steps": summary["total_steps"],
         "frames_per_second": summary["frames_per_second"],
+        # what --precision auto chose (runs before the summary recorded it: the model's spec)
+        "precision": summary.get("precision", policy.spec.precision),
         "model": policy.source.name if policy.source else "model.pt",
         "final_train_mean": summary.get("rolling_return"),
         "final_eval": statistics.fmean(returns),

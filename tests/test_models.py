@@ -289,20 +289,21 @@ def test_a_bfloat16_encoder_gives_float32s_features_and_gradients_to_its_precisi
     bf = build_model(dataclass_replace(spec, precision="bfloat16")).encoder
     bf.load_state_dict(ref.state_dict())
     w = torch.randn(ref.out_dim)
-    feats, grads = [], []
+    feats, grads, acts = [], [], []
     for enc in (ref, bf):
         f = enc(x)
         (f @ w).sum().backward()
         feats.append(f)
         grads.append([p.grad for p in enc.parameters()])
         with torch.no_grad():
-            acted = enc(x)
-        assert f.dtype == acted.dtype == torch.float32
+            acts.append(enc(x))
+        assert f.dtype == acts[-1].dtype == torch.float32
         assert all(p.dtype == torch.float32 for p in enc.parameters())
-        assert _rel(acted, f.detach()) < 0.02
     # measured (seed 0): features within 0.5%, gradients within 8% (the first conv layer's of
     # the Nature net, at the end of the longest chain of bfloat16 products)
     assert _rel(feats[1].detach(), feats[0].detach()) < 0.02
+    assert _rel(acts[1], acts[0]) < 0.02  # the acting pass held to float32's, not to itself
+    assert _rel(acts[1], feats[1].detach()) < 0.02  # the behaviour policy's are the learner's
     for g_bf, g_ref in zip(*grads, strict=True):
         assert g_bf.dtype == torch.float32
         assert _rel(g_bf, g_ref) < 0.15
@@ -310,11 +311,18 @@ def test_a_bfloat16_encoder_gives_float32s_features_and_gradients_to_its_precisi
 
 @pytest.mark.parametrize(
     ("amx", "avx512_bf16", "expected"),
-    [(True, False, True), (False, True, True), (False, False, False), (None, None, False)],
+    [
+        (True, False, True),
+        (False, True, True),
+        (False, False, False),
+        (None, None, False),
+        (True, None, True),
+    ],
 )
 def test_bfloat16_units_are_amx_or_avx512_bf16(monkeypatch, amx, avx512_bf16, expected):
     """Either unit makes bfloat16 faster than float32 (AMX on Intel, AVX-512 BF16 on AMD Zen
-    4); neither, or torch without the private probes (None: they raise), is float32."""
+    4); neither, or torch without the private probes (None: they raise), is float32; a torch
+    that drops one probe still finds the other unit."""
     from asyncrl.models import cpu_has_bfloat16_units
 
     def probe(value):
@@ -325,8 +333,9 @@ def test_bfloat16_units_are_amx_or_avx512_bf16(monkeypatch, amx, avx512_bf16, ex
 
         return f
 
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", probe(amx))
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", probe(avx512_bf16))
+    # raising=False: the probes are private, and this must run on a torch without them too
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", probe(amx), raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", probe(avx512_bf16), raising=False)
     assert cpu_has_bfloat16_units() is expected
 
 
@@ -357,3 +366,56 @@ def test_the_precision_is_resolved_when_the_network_is_chosen(monkeypatch):
     old = IMAGE.to_dict()
     del old["precision"]
     assert ModelSpec.from_dict(old).precision == "float32"
+
+
+def test_auto_is_decided_once_by_the_driver_and_a_saved_bfloat16_model_loads_anywhere(
+    monkeypatch, run_dir
+):
+    """A short MinAtar run (a conv net) with --precision auto on a CPU said to have a bfloat16
+    unit: the workers get the driver's decision, not "auto" to decide again on their own CPU (a
+    Ray node's may differ); summary.json records it and config.json keeps "auto" for a resume.
+    Its model, loaded where the CPU has no unit, computes in float32 (bfloat16 would only be
+    emulated there; the parameters are float32 either way) and acts as the bfloat16 one does."""
+    pytest.importorskip("minatar")
+    import json
+
+    import asyncrl
+    from asyncrl import policy as policy_module
+    from asyncrl import trainer
+    from asyncrl.algos import base
+
+    monkeypatch.setattr(base, "cpu_has_bfloat16_units", lambda: True)
+    seen = []
+    real = trainer.make_run
+
+    def make_run(cfg, *args):
+        seen.append(cfg.precision)
+        return real(cfg, *args)
+
+    monkeypatch.setattr(trainer, "make_run", make_run)
+    summary = asyncrl.train(
+        env="MinAtar/Breakout-v1",
+        backend="threads",
+        workers=1,
+        steps=300,
+        precision="auto",
+        run_dir=str(run_dir),
+        progress=False,
+    )
+    assert seen == ["bfloat16"]
+    assert summary["precision"] == "bfloat16"
+    assert json.loads((run_dir / "config.json").read_text())["precision"] == "auto"
+    here = asyncrl.load(run_dir, "last")
+    assert here.spec.precision == "bfloat16"
+    monkeypatch.setattr(policy_module, "cpu_has_bfloat16_units", lambda: False)
+    elsewhere = asyncrl.load(run_dir, "last")
+    assert elsewhere.spec.precision == "float32"
+    for p_here, p_there in zip(here.model.parameters(), elsewhere.model.parameters(), strict=True):
+        assert torch.equal(p_here, p_there)
+    obs = torch.rand(64, *here.spec.obs_shape) < 0.3  # MinAtar's 0/1 channels
+    state, first = here.model.initial_state(64), torch.zeros(64, dtype=torch.bool)
+    with torch.no_grad():
+        logits_bf16, _ = here.model.act(obs, state, first)
+        logits_f32, _ = elsewhere.model.act(obs, state, first)
+    assert logits_bf16.dtype == logits_f32.dtype == torch.float32
+    assert 0 < _rel(logits_bf16, logits_f32) < 0.05  # rounding apart, not the same computation

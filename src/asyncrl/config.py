@@ -216,7 +216,7 @@ class Config:
     precision: Literal["auto", "float32", "bfloat16"] = "float32"
     """the conv encoder's arithmetic: bfloat16 runs its layers in bfloat16 (CPU autocast:
     parameters, gradients, the optimizer, the heads and the losses stay float32), a learning
-    pass in 0.5-0.6 of float32's time on a CPU with AMX or AVX-512 BF16 (emulated on one with
+    pass in 0.5-0.65 of float32's time on a CPU with AMX or AVX-512 BF16 (emulated on one with
     neither); auto: bfloat16 where the CPU has either, float32 elsewhere (the atari preset's
     APPO's choice)"""
     target_update: int = 2_000
@@ -813,7 +813,7 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
     # PPO's Atari setting (Schulman et al., 2017; SB3's and CleanRL's): 8 games x 128 steps a
     # rollout, 4 epochs of 4 minibatches, clip 0.1, Adam at 2.5e-4: the atari preset's
     # algorithm (above); not tuned here. In bfloat16 where the CPU has AMX or AVX-512 BF16:
-    # four learning passes a frame, each 0.5-0.6 of float32's time there (docs/atari.md#bfloat16)
+    # four learning passes a frame, each 0.5-0.65 of float32's time there (docs/atari.md#bfloat16)
     "atari": dict(
         lr=2.5e-4,
         envs_per_worker=8,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -12,7 +13,13 @@ import torch
 
 from asyncrl.algos import REGISTRY
 from asyncrl.errors import UserError
-from asyncrl.models import ActorCritic, ModelSpec, QNetwork, build_model
+from asyncrl.models import (
+    ActorCritic,
+    ModelSpec,
+    QNetwork,
+    build_model,
+    cpu_has_bfloat16_units,
+)
 from asyncrl.rundir import RunDir
 
 
@@ -154,6 +161,10 @@ def load(run_dir: str | Path, which: Which | None = None) -> Policy:
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
         spec = ModelSpec.from_dict(blob["spec"])
+        if spec.precision == "bfloat16" and not cpu_has_bfloat16_units():
+            # the parameters are float32 whatever the run computed in, and this CPU would only
+            # emulate bfloat16: float32 is exact and faster here
+            spec = dataclasses.replace(spec, precision="float32")
         model = build_model(spec)
         model.load_state_dict(blob["state_dict"])
     except Exception as e:

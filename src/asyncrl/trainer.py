@@ -119,7 +119,11 @@ def _run(
         best = {"global_step": ev.global_step, "mean": ev.mean, "episodes": len(ev.returns)}
         _save_params(run_dir.best_model, cfg, blank, spec, ev.snapshot, evaluation=best)
 
-    run = make_run(cfg, info, spec, state)
+    # --precision auto is decided once, here, from this machine's CPU (the spec): every worker,
+    # a restarted one and one on a Ray node with another CPU included, learns in the precision
+    # the model files record. config.json keeps what was asked, so a resume decides again on
+    # the machine it runs on (the parameters are float32 either way).
+    run = make_run(dataclasses.replace(cfg, precision=spec.precision), info, spec, state)
     evaluator = _evaluator(cfg, spec, monitor.target)
     supervisor = Supervisor(
         cfg,
@@ -154,6 +158,8 @@ def _run(
         "frames_per_second": (state.steps() - steps_at_start)
         * info.frames_per_step
         / max(train_seconds, 1e-9),
+        # what --precision auto chose on this machine (config.json keeps "auto")
+        "precision": spec.precision,
         **extra,
         "run_dir": str(run_dir),
     }
