@@ -445,6 +445,12 @@ def milestones(r: dict) -> str:
     )
 
 
+def throughput(r: dict) -> str:
+    """A result's training frames/s and the encoder's precision ("-": not recorded)."""
+    fps = r.get("frames_per_second")
+    return "-" if fps is None else f"{fps:,.0f} ({r.get('precision', '-')})"
+
+
 def speed_of(r: dict) -> str:
     """The machine's speed when the result was taken ("-": not measured, or before 2026-11-25)."""
     speed = r.get("machine_speed")
@@ -564,9 +570,9 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "run reported it solved):",
         "",
         "| task | seed | solved | final evaluation | last 100 training episodes | time to target "
-        "| steps to target | whole process | model | the last 100 first at (frames, minutes) "
-        "| machine speed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| steps to target | whole process | frames/s of training (precision) | model "
+        "| the last 100 first at (frames, minutes) | machine speed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in tasks:
         for r in load_results(results, task):
@@ -577,7 +583,8 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
                 f"| {task.name} | {r['seed']} | {r['solved']} | {fmt(r['final_eval'])} | "
                 f"{fmt(r.get('final_train_mean'))}{half} | {fmt(r['solve_seconds'])} s | "
                 f"{fmt(r['solve_steps'], 0)} | "
-                f"{fmt(r['process_seconds'])} s | {r['model']} | {milestones(r)} | "
+                f"{fmt(r['process_seconds'])} s | {throughput(r)} | {r['model']} | "
+                f"{milestones(r)} | "
                 f"{speed_of(r)} |"
             )
     md = out_dir / f"suite-{suite}.md"

@@ -211,6 +211,11 @@ def test_a_results_machine_speed_names_its_cpu_and_bfloat16_units(monkeypatch):
     del speed["cpu"]  # results kept before the suite recorded it
     assert suite.speed_of({"machine_speed": speed}) == "7,770 frames/s"
     assert suite.speed_of({}) == "-"
+    # and each run's own frames/s with the precision it ran in (results before: not recorded)
+    assert suite.throughput({"frames_per_second": 5991.04, "precision": "bfloat16"}) == (
+        "5,991 (bfloat16)"
+    )
+    assert suite.throughput({"frames_per_second": 5991.04}) == "5,991 (-)"
 
 
 def test_a_run_its_stop_rule_ended_holds_its_last_value_in_the_band():
