@@ -163,7 +163,7 @@ def load(run_dir: str | Path, which: Which | None = None) -> Policy:
         spec = ModelSpec.from_dict(blob["spec"])
         if spec.precision == "bfloat16" and not cpu_has_bfloat16_units():
             # the parameters are float32 whatever the run computed in, and this CPU would only
-            # emulate bfloat16: float32 is exact and faster here
+            # emulate bfloat16: float32 is the more precise and, here, the faster
             spec = dataclasses.replace(spec, precision="float32")
         model = build_model(spec)
         model.load_state_dict(blob["state_dict"])
