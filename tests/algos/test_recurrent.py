@@ -12,7 +12,7 @@ from asyncrl.algos.a3c import A3C
 from asyncrl.algos.nstep_q import NStepQ
 from asyncrl.config import Config
 from asyncrl.envs import ActionSpace, EnvInfo
-from asyncrl.models import build_model, flatten_parameters
+from asyncrl.models import Core, build_model, flatten_parameters
 from asyncrl.rollout import Rollout
 
 INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 2))
@@ -72,6 +72,34 @@ def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts(cls, co
     with torch.no_grad():
         other = unrolled(model, obs[1:, 0:1], model.initial_state(1), first[1:, 0:1])
     assert not torch.allclose(params[1:, 0:1], other)
+
+
+def test_the_fused_unroll_equals_the_cell_stepped_in_outputs_state_and_gradients(core):
+    """The recurrent cores unroll stretch by stretch in torch's fused RNN; the reference is
+    the cell stepped one row at a time (:meth:`Core.unroll`), restarts at rows 0, 2 and the
+    last included, gradients to the inputs, the start state and the cell's weights."""
+    _, model = make(core=core)
+    T1, B, d = 7, 3, 6
+    first = torch.zeros(T1, B, dtype=torch.bool)
+    first[0, 0] = first[2, 1] = first[2, 2] = first[6, 0] = True
+
+    def run(unroll):
+        model.zero_grad()
+        x = torch.randn(T1, B, d, generator=torch.Generator().manual_seed(3), requires_grad=True)
+        shape = model.initial_state(B).shape
+        start = torch.randn(shape, generator=torch.Generator().manual_seed(4), requires_grad=True)
+        out, end = unroll(model.core, x, start, first)
+        (out.pow(2).sum() + end.sum()).backward()
+        weights = [p.grad.clone() for p in model.core.cell.parameters()]
+        return out.detach(), end.detach(), x.grad, start.grad, weights
+
+    fused, stepped = run(type(model.core).unroll), run(Core.unroll)
+    for a, b in zip(fused[:4], stepped[:4], strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(fused[4], stepped[4], strict=True):
+        torch.testing.assert_close(a, b)
+    # env 0's restart at row 0 cuts its start state off: no gradient reaches it
+    assert fused[3][0].abs().sum() == 0 and fused[3][1].abs().sum() > 0
 
 
 def rollout_with_ends():
