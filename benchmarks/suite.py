@@ -5,7 +5,7 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
     python benchmarks/suite.py atari --seeds 3     # Pong, Breakout: 30 min each (hours)
     python benchmarks/suite.py pong30 --seeds 3    # Pong for 30 min: A3C and APPO (2 and 4 epochs)
-    python benchmarks/suite.py lstm --seeds 3      # Pong with --core lstm for 60 min
+    python benchmarks/suite.py lstm --seeds 3      # Pong with --core lstm: up to 3 hours
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
 

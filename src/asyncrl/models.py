@@ -425,20 +425,20 @@ class RecurrentCore(Core):
         return torch.zeros(batch, self.rows, self.out_dim)
 
     def step(self, x, state, first):
-        state = self.cell_step(x, state * (~first).to(x.dtype)[:, None, None])
+        state = self.cell_step(x, _restart(state, first))
         return state[:, 0], state
 
     def unroll(self, x, state, first):
         """As :meth:`Core.unroll`, but each stretch between episode starts in one call of
-        torch's fused RNN (the C++ loop nn.LSTM runs): stepping cell by cell from Python cost
-        APPO's LSTM on Pong about 100 ms a minibatch of 2 games x 129 steps, forward and
-        backward, against about 19 ms fused (one thread). A stretch ends where any env of the
-        batch starts an episode; there the states of those envs restart from zero."""
+        :meth:`sequence`: stepping the cell from Python cost APPO's LSTM on Pong about 100 ms
+        a minibatch of 2 games x 129 steps, forward and backward, against about 19 ms in
+        torch's own RNN kernel (one thread). A stretch ends where any env of the batch starts
+        an episode; there the states of those envs restart from zero."""
         starts = first[1:].any(dim=1).nonzero().flatten().add(1).tolist()
         bounds = [0, *starts, x.shape[0]]
         outs = []
         for a, b in itertools.pairwise(bounds):
-            out, state = self.sequence(x[a:b], state * (~first[a]).to(x.dtype)[:, None, None])
+            out, state = self.sequence(x[a:b], _restart(state, first[a]))
             outs.append(out)
         return torch.cat(outs), state
 
@@ -447,14 +447,24 @@ class RecurrentCore(Core):
 
     def sequence(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Outputs ``(L, B, size)`` of the cell run over ``x`` ``(L, B, d)`` from ``state``
-        with no restart in between, and the state after them."""
-        raise NotImplementedError
+        with no restart in between, and the state after them: here the cell stepped row by
+        row; the LSTM and the GRU run torch's kernel for the whole stretch instead."""
+        hs = []
+        for t in range(x.shape[0]):
+            state = self.cell_step(x[t], state)
+            hs.append(state[:, 0])
+        return torch.stack(hs), state
 
     def _weights(self) -> list[torch.Tensor]:
         # the cell's own parameters in the order torch's RNN functions take them, so the
-        # fused unroll and the cell's step share weights (and state_dict names)
+        # kernel and the cell's step share weights (and state_dict names)
         c = self.cell
         return [c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh]
+
+
+def _restart(state: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """The core state ``(B, rows, size)`` zeroed for the envs whose episode starts."""
+    return state * (~first).to(state.dtype)[:, None, None]
 
 
 class LSTMCore(RecurrentCore):
@@ -471,7 +481,8 @@ class LSTMCore(RecurrentCore):
 
     def sequence(self, x, state):
         hc = (state[:, 0][None].contiguous(), state[:, 1][None].contiguous())
-        # nn.LSTM's own call: 1 layer, biases, no dropout, unidirectional, time first
+        # nn.LSTM's own call (1 layer, biases, no dropout, one direction, time first): on CPU
+        # oneDNN's LSTM kernel for float32
         out, h, c = torch._VF.lstm(
             x, hc, self._weights(), True, 1, 0.0, self.training, False, False
         )
@@ -490,7 +501,7 @@ class GRUCore(RecurrentCore):
         return self.cell(x, state[:, 0])[:, None]
 
     def sequence(self, x, state):
-        # nn.GRU's own call (as LSTMCore.sequence)
+        # nn.GRU's own call (as LSTMCore.sequence): ATen's C++ loop of the GRU cell
         h0 = state[:, 0][None].contiguous()
         out, h = torch._VF.gru(x, h0, self._weights(), True, 1, 0.0, self.training, False, False)
         return out, h[0][:, None]

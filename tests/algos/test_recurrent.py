@@ -12,7 +12,7 @@ from asyncrl.algos.a3c import A3C
 from asyncrl.algos.nstep_q import NStepQ
 from asyncrl.config import Config
 from asyncrl.envs import ActionSpace, EnvInfo
-from asyncrl.models import Core, build_model, flatten_parameters
+from asyncrl.models import Core, RecurrentCore, build_model, flatten_parameters
 from asyncrl.rollout import Rollout
 
 INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 2))
@@ -74,14 +74,35 @@ def test_the_batched_unroll_equals_stepping_and_zeroes_exactly_at_firsts(cls, co
     assert not torch.allclose(params[1:, 0:1], other)
 
 
-def test_the_fused_unroll_equals_the_cell_stepped_in_outputs_state_and_gradients(core):
-    """The recurrent cores unroll stretch by stretch in torch's fused RNN; the reference is
-    the cell stepped one row at a time (:meth:`Core.unroll`), restarts at rows 0, 2 and the
-    last included, gradients to the inputs, the start state and the cell's weights."""
+RESTARTS = {
+    # name: (rows, envs, the rows and envs that start an episode, the stretches expected)
+    "some": (7, 3, [(0, 0), (2, 1), (2, 2), (6, 0)], 3),
+    "one env": (7, 1, [(3, 0)], 2),
+    "every row": (4, 2, [(t, 0) for t in range(4)], 4),
+    "one row": (1, 2, [(0, 1)], 1),
+}
+
+
+@pytest.mark.parametrize("case", list(RESTARTS))
+def test_the_fused_unroll_equals_the_cell_stepped_in_outputs_state_and_gradients(
+    case, core, monkeypatch
+):
+    """The recurrent cores unroll stretch by stretch in torch's RNN kernel; the reference is
+    the cell stepped one row at a time (:meth:`Core.unroll`): outputs, the final state and
+    gradients to the inputs, the start state and the cell's weights. One env included (its h
+    and c are views of one buffer), a restart on every row, and a one-row unroll."""
     _, model = make(core=core)
-    T1, B, d = 7, 3, 6
+    T1, B, restarts, stretches = RESTARTS[case]
     first = torch.zeros(T1, B, dtype=torch.bool)
-    first[0, 0] = first[2, 1] = first[2, 2] = first[6, 0] = True
+    for t, i in restarts:
+        first[t, i] = True
+    d = model.core.cell.input_size
+    calls = []
+    kernel = type(model.core).sequence
+    assert kernel is not RecurrentCore.sequence  # torch's kernel, not the cell stepped
+    monkeypatch.setattr(
+        type(model.core), "sequence", lambda self, x, s: calls.append(len(x)) or kernel(self, x, s)
+    )
 
     def run(unroll):
         model.zero_grad()
@@ -93,13 +114,17 @@ def test_the_fused_unroll_equals_the_cell_stepped_in_outputs_state_and_gradients
         weights = [p.grad.clone() for p in model.core.cell.parameters()]
         return out.detach(), end.detach(), x.grad, start.grad, weights
 
-    fused, stepped = run(type(model.core).unroll), run(Core.unroll)
+    fused = run(type(model.core).unroll)
+    assert len(calls) == stretches and sum(calls) == T1  # the kernel ran, stretch by stretch
+    stepped = run(Core.unroll)
+    assert len(calls) == stretches  # the reference never called it
     for a, b in zip(fused[:4], stepped[:4], strict=True):
         torch.testing.assert_close(a, b)
     for a, b in zip(fused[4], stepped[4], strict=True):
         torch.testing.assert_close(a, b)
-    # env 0's restart at row 0 cuts its start state off: no gradient reaches it
-    assert fused[3][0].abs().sum() == 0 and fused[3][1].abs().sum() > 0
+    # an env that restarts at row 0 cuts its start state off: no gradient reaches it
+    cut = first[0]
+    assert fused[3][cut].abs().sum() == 0 and fused[3][~cut].abs().sum() > 0
 
 
 def rollout_with_ends():
