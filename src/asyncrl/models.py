@@ -449,11 +449,7 @@ class RecurrentCore(Core):
         """Outputs ``(L, B, size)`` of the cell run over ``x`` ``(L, B, d)`` from ``state``
         with no restart in between, and the state after them: here the cell stepped row by
         row; the LSTM and the GRU run torch's kernel for the whole stretch instead."""
-        hs = []
-        for t in range(x.shape[0]):
-            state = self.cell_step(x[t], state)
-            hs.append(state[:, 0])
-        return torch.stack(hs), state
+        return Core.unroll(self, x, state, torch.zeros(x.shape[:2], dtype=torch.bool))
 
     def _weights(self) -> list[torch.Tensor]:
         # the cell's own parameters in the order torch's RNN functions take them, so the
