@@ -430,10 +430,10 @@ class RecurrentCore(Core):
 
     def unroll(self, x, state, first):
         """As :meth:`Core.unroll`, but each stretch between episode starts in one call of
-        :meth:`sequence`: stepping the cell from Python cost APPO's LSTM on Pong about 100 ms
-        a minibatch of 2 games x 129 steps, forward and backward, against about 19 ms in
-        torch's own RNN kernel (one thread). A stretch ends where any env of the batch starts
-        an episode; there the states of those envs restart from zero."""
+        :meth:`sequence`: stepping the cell from Python cost APPO's LSTM on Pong 79 ms a
+        minibatch of 2 games x 129 steps, forward and backward, against 17.5 ms in torch's
+        own RNN kernel (one thread; benchmarks/recurrent.py). A stretch ends where any env of
+        the batch starts an episode; there the states of those envs restart from zero."""
         starts = first[1:].any(dim=1).nonzero().flatten().add(1).tolist()
         bounds = [0, *starts, x.shape[0]]
         outs = []
