@@ -6,6 +6,7 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py atari --seeds 3     # Pong, Breakout: 30 min each (hours)
     python benchmarks/suite.py pong30 --seeds 3    # Pong for 30 min: A3C and APPO (2 and 4 epochs)
     python benchmarks/suite.py lstm --seeds 3      # Pong with --core lstm: up to 3 hours
+    python benchmarks/suite.py atari5-a3c --seeds 1  # the five games, an hour each, A3C
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
 
@@ -265,7 +266,9 @@ SUITES: dict[str, list[Task]] = {
         ),
     ],
     # the paper's five games (Figure 1), an hour each on this machine: 5 hours a seed
-    "atari5": [atari_hour(g) for g in ("BeamRider", "Breakout", "Pong", "Qbert", "SpaceInvaders")],
+    "atari5": [atari_hour(g) for g in PAPER_A3C],
+    # the same hours with the preset's A3C (`--algo a3c`): the paper's own learner beside APPO
+    "atari5-a3c": [replace(t, args=(*t.args, "--algo", "a3c")) for t in map(atari_hour, PAPER_A3C)],
     # issue #28's Pong target (18 within 30 minutes on every seed), one task per learner on
     # the atari preset (APPO, the preset's algorithm: its APPO layer, 4 epochs; and with 2,
     # faster per frame), and the defaults on the machine at hand: 2.5 hours a seed
