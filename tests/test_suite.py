@@ -247,3 +247,14 @@ def test_a_sweep_scores_a_setting_over_its_seeds():
     assert sweep.options({"lr": 0.003, "t-max": 8, "algo": "appo"}) == [
         "--lr", "0.003", "--t-max", "8", "--algo", "appo"
     ]  # fmt: skip
+
+
+def test_the_a3c_hours_are_the_five_games_protocol_with_the_presets_a3c(tmp_path):
+    """atari5-a3c must differ from atari5 only by --algo a3c: its figures sit beside APPO's."""
+    appo, a3c = suite.SUITES["atari5"], suite.SUITES["atari5-a3c"]
+    assert [t.name for t in a3c] == [t.name for t in appo] and len(appo) == 5
+    for t, u in zip(appo, a3c, strict=True):
+        assert u.args == (*t.args, "--algo", "a3c") and "--algo" not in t.args
+        assert (u.extras, u.target, u.human) == (t.extras, t.target, t.human)
+        cmd = suite.command(u, 0, tmp_path)
+        assert cmd[:4] == ["timeout", "-s", "INT", "3600"] and cmd[-2:] == ["--algo", "a3c"]
