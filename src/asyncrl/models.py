@@ -245,6 +245,16 @@ class ConvEncoder(nn.Module):
             x = F.relu(conv(x))
         return F.relu(self.fc(x.flatten(1)))
 
+    def learning_layout(self, obs: np.ndarray) -> np.ndarray | None:
+        """``obs`` ``(..., C, H, W)`` copied into the layout the learning pass reads, NHWC
+        ``(..., H, W, C)``, for a caller that learns from the same frames several times (APPO's
+        epochs): a minibatch's change of layout took most of the third of a bfloat16 learning
+        pass that its input copies took in the profiler; once per rollout it costs a quarter of
+        that. On Pong, 2-5% more frames a second (docs/benchmarks.md, Pong in 30 minutes).
+        Index it, then ``movedim(-1, -3)``: :meth:`forward` takes the result without a copy.
+        None where the observations are NHWC already (MinAtar's)."""
+        return None if self.channels_last else np.ascontiguousarray(np.moveaxis(obs, -3, -1))
+
     def _forward_bfloat16(self, x: torch.Tensor) -> torch.Tensor:
         # The convolutions and the fc layer, nearly all of the network's arithmetic, on the
         # CPU's AMX or AVX-512 BF16 units: the learning pass takes 0.5-0.65 of float32's time

@@ -207,3 +207,41 @@ def test_epsilon_greedy_log_probabilities():
     np.testing.assert_allclose(np.exp(logp[is_greedy]), 1 - eps + eps / 3, rtol=1e-6)
     np.testing.assert_allclose(np.exp(logp[~is_greedy]), eps / 3, rtol=1e-6)
     assert 0.7 < is_greedy.mean() < 0.9  # 1 - eps + eps/3 = .8
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_the_rollouts_frames_laid_out_once_give_the_same_minibatch_loss(precision):
+    """A conv net's learning pass reads NHWC frames: APPO lays the rollout out so once (its
+    first minibatch), and every minibatch then reaches the encoder as a view of it, with the
+    loss, its statistics and its gradient those of the frames taken from the rollout as
+    stored."""
+    atari = EnvInfo("Test-v0", (4, 84, 84), "uint8", ActionSpace("discrete", 6))
+    appo, model = algo_and_model(APPO, atari, epochs=1, minibatches=2, precision=precision)
+    ro = random_rollout(atari)
+    ro.obs[:] = np.random.default_rng(1).integers(0, 256, ro.obs.shape)
+    laid_out = appo.prepare(model, ro)[-1]
+    assert laid_out is not None and laid_out.shape == (6, 4, 84, 84, 4)
+    assert np.array_equal(laid_out, ro.obs.transpose(0, 1, 3, 4, 2))
+    times, envs = np.array([[0, 4, 2, 1]]), np.array([[1, 3, 0, 1]])
+    once = appo.prepare(model, ro)
+    seen = []
+    encode = model._encode
+    object.__setattr__(model, "_encode", lambda x: seen.append(x) or encode(x))
+    grads, losses = [], []
+    for prepared in ([once], [(*once[:-1], None)]):
+        model.zero_grad()
+        loss, stats = appo.minibatch_loss(model, ro, times, envs, prepared)
+        loss.backward()
+        losses.append((float(loss.detach()), stats))
+        grads.append(flat_grad(model).clone())
+    nhwc, stored = seen
+    assert nhwc.is_contiguous(memory_format=torch.channels_last)  # no copy left to make
+    assert torch.equal(nhwc, stored)
+    assert losses[0] == losses[1]
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+    # MinAtar's frames are NHWC as the env gives them: nothing to lay out
+    minatar = EnvInfo("Test-v0", (10, 10, 4), "float32", ActionSpace("discrete", 6))
+    appo, model = algo_and_model(APPO, minatar)
+    assert appo.prepare(model, random_rollout(minatar))[-1] is None
+    appo, model = algo_and_model(APPO)  # vectors: an MLP
+    assert appo.prepare(model, random_rollout(INFO))[-1] is None

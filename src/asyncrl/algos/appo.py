@@ -40,6 +40,11 @@ import torch
 from asyncrl.algos.a3c import A3C
 from asyncrl.rollout import Rollout
 
+#: what a rollout's first minibatch computes for every later one: the targets, advantages and
+#: values ``(T, B)``, their statistics, and the observations in the learning pass's layout (or
+#: None: the rollout's own)
+Prepared = tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float], np.ndarray | None]
+
 
 class APPO(A3C):
     name = "appo"
@@ -55,7 +60,7 @@ class APPO(A3C):
     def updates(
         self, model: Any, rollout: Rollout, target_model: Any = None
     ) -> Iterator[Callable[[], tuple[torch.Tensor, dict[str, float]]]]:
-        prepared: list[tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]] = []
+        prepared: list[Prepared] = []
         for _ in range(self.cfg.epochs):
             for times, envs in self.minibatches(rollout, model.core.sequential):
                 yield partial(self.minibatch_loss, model, rollout, times, envs, prepared)
@@ -78,11 +83,10 @@ class APPO(A3C):
         return [(idx[None] // B, idx[None] % B) for idx in np.array_split(flat, min(m, flat.size))]
 
     @torch.no_grad()
-    def prepare(
-        self, model: Any, rollout: Rollout
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]:
+    def prepare(self, model: Any, rollout: Rollout) -> Prepared:
         """The rollout's targets, advantages and values ``(T, B)`` at the model's parameters
-        now (the first minibatch's), and statistics of them."""
+        now (the first minibatch's), statistics of them, and (for a feed-forward conv net) its
+        observations laid out once for the learning passes of every epoch."""
         T = rollout.t_max
         params, values = self.unroll(model, rollout)
         logp = model.distribution(params[:T]).log_prob(rollout.actions_tensor())
@@ -93,7 +97,9 @@ class APPO(A3C):
         if var > 0:  # 1: the values explain the returns; 0: no better than their mean
             residual = (returns - values_np[:T])[valid].var()
             stats["train/explained_variance"] = float(1.0 - residual / var)
-        return returns, adv, values_np[:T], stats
+        layout = getattr(model.encoder, "learning_layout", None)
+        learn_obs = layout(rollout.obs) if layout and not model.core.sequential else None
+        return returns, adv, values_np[:T], stats, learn_obs
 
     def minibatch_loss(
         self,
@@ -101,14 +107,14 @@ class APPO(A3C):
         rollout: Rollout,
         times: np.ndarray,
         envs: np.ndarray,
-        prepared: list[tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float]]],
+        prepared: list[Prepared],
     ) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.cfg
         first_call = not prepared
         if first_call:  # at the parameters of the first minibatch, pulled just before it
             prepared.append(self.prepare(model, rollout))
-        returns, adv, old_v, stats = prepared[0]
-        params, v = self.unroll_minibatch(model, rollout, times, envs)
+        returns, adv, old_v, stats, learn_obs = prepared[0]
+        params, v = self.unroll_minibatch(model, rollout, times, envs, learn_obs)
         dist = model.distribution(params)
         logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
         mask = torch.from_numpy(rollout.valid[times, envs]).float()
@@ -142,17 +148,26 @@ class APPO(A3C):
         return loss, ({**stats, **out} if first_call else out)
 
     def unroll_minibatch(
-        self, model: Any, rollout: Rollout, times: np.ndarray, envs: np.ndarray
+        self,
+        model: Any,
+        rollout: Rollout,
+        times: np.ndarray,
+        envs: np.ndarray,
+        learn_obs: np.ndarray | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The network's distribution parameters and values ``(L, n, ...)`` over a minibatch's
         sequences: from the core's state at the rollout's start (whole sequences; the
         bootstrap row the unroll adds is dropped) or none (single transitions, a stateless
         core: their observations alone, no bootstrap row, which the targets computed before
-        the first minibatch already used)."""
+        the first minibatch already used; from ``learn_obs``, the same observations in the
+        encoder's learning layout, where given)."""
         if times.shape[0] == rollout.t_max:
             params, values = self.unroll(model, rollout, envs[0])
             return params[:-1], values[:-1]
-        obs = torch.from_numpy(rollout.obs[times, envs])
+        if learn_obs is None:
+            obs = torch.from_numpy(rollout.obs[times, envs])
+        else:  # a view with NHWC strides of the NCHW shape: the encoder copies nothing
+            obs = torch.from_numpy(learn_obs[times, envs]).movedim(-1, -3)
         first = torch.from_numpy(rollout.first[times, envs])
         return model.unroll(obs, model.initial_state(envs.shape[1]), first, bootstrap=False)
 
