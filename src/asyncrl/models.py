@@ -194,6 +194,10 @@ class MLPEncoder(nn.Module):
             x = torch.tanh(F.linear(x, layer.weight, layer.bias))
         return x
 
+    def learning_layout(self, obs: np.ndarray) -> None:
+        """Vectors are read as stored (see :meth:`ConvEncoder.learning_layout`)."""
+        return None
+
 
 # (channels, kernel, stride) of the conv layers, then the width of the fully connected layer
 _CONV_NETS: dict[str, tuple[list[tuple[int, int, int]], int]] = {

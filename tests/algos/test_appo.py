@@ -219,11 +219,11 @@ def test_the_rollouts_frames_laid_out_once_give_the_same_minibatch_loss(precisio
     appo, model = algo_and_model(APPO, atari, epochs=1, minibatches=2, precision=precision)
     ro = random_rollout(atari)
     ro.obs[:] = np.random.default_rng(1).integers(0, 256, ro.obs.shape)
-    laid_out = appo.prepare(model, ro)[-1]
+    once = appo.prepare(model, ro)
+    laid_out = once[-1]
     assert laid_out is not None and laid_out.shape == (6, 4, 84, 84, 4)
     assert np.array_equal(laid_out, ro.obs.transpose(0, 1, 3, 4, 2))
     times, envs = np.array([[0, 4, 2, 1]]), np.array([[1, 3, 0, 1]])
-    once = appo.prepare(model, ro)
     seen = []
     encode = model._encode
     object.__setattr__(model, "_encode", lambda x: seen.append(x) or encode(x))

@@ -97,8 +97,9 @@ class APPO(A3C):
         if var > 0:  # 1: the values explain the returns; 0: no better than their mean
             residual = (returns - values_np[:T])[valid].var()
             stats["train/explained_variance"] = float(1.0 - residual / var)
-        layout = getattr(model.encoder, "learning_layout", None)
-        learn_obs = layout(rollout.obs) if layout and not model.core.sequential else None
+        # a recurrent core replays whole sequences from the rollout as stored (unroll_minibatch)
+        sequential = model.core.sequential
+        learn_obs = None if sequential else model.encoder.learning_layout(rollout.obs)
         return returns, adv, values_np[:T], stats, learn_obs
 
     def minibatch_loss(
