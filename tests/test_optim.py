@@ -12,6 +12,7 @@ from asyncrl.optim import (
     SharedRMSprop,
     clip_grad_norm_,
     linear_lr,
+    make_optimizer,
 )
 from tests.oracles import GradientAccumulator, forward, mlp_spec
 
@@ -60,6 +61,19 @@ def test_rmsprop_started_from_one_warms_up_where_from_zero_it_leaps():
         steps.append(before - float(one))
     assert steps == sorted(steps) and steps[-1] > 50 * steps[0]
     assert steps[-1] == pytest.approx(1e-3 * 0.01 / math.sqrt(1e-4 + 1e-5), rel=0.05)
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes", "ray"])
+def test_rmsprop_starts_from_one_on_ray_and_from_zero_elsewhere_unless_told(backend):
+    # Ray's stale gradients repeat the leaps from 0 unchecked (asyncrl.optim.rms_init_for)
+    from asyncrl.config import Config
+
+    params = torch.zeros(4)
+    opt = make_optimizer(Config(backend=backend), params)
+    assert isinstance(opt, SharedRMSprop)
+    assert opt.square_avg.tolist() == [1.0 if backend == "ray" else 0.0] * 4
+    told = make_optimizer(Config(backend=backend, rms_init=0.5), params)
+    assert isinstance(told, SharedRMSprop) and told.square_avg.tolist() == [0.5] * 4
 
 
 def test_shared_adam_matches_torch_adam():

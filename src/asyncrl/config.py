@@ -169,10 +169,11 @@ class Config:
     """shared optimizer: statistics shared by all workers"""
     rms_alpha: float = 0.99
     """RMSProp decay (paper: 0.99)"""
-    rms_init: float = 0.0
+    rms_init: float | None = None
     """RMSProp's average of squared gradients at the start: 0 (torch.optim.RMSprop) or 1
     (TensorFlow, Baselines' and SB3's A2C): from 1 the first updates are a warm-up, where from 0
-    with a small --eps they move every parameter by up to lr / sqrt(1 - rms-alpha)"""
+    with a small --eps they move every parameter by up to lr / sqrt(1 - rms-alpha) (default: 1
+    with --backend ray, whose stale gradients repeat those moves, 0 elsewhere)"""
     eps: float = 1e-5
     """optimizer epsilon; RMSProp puts it inside the square root as the paper does (paper: 0.1)"""
     entropy_coef: float = 0.01
@@ -474,7 +475,11 @@ class Config:
         """The shared optimiser and the update (every algorithm)."""
         _need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         _need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
-        _need(self.rms_init >= 0.0, "rms-init", f"must be >= 0, got {self.rms_init}")
+        _need(
+            self.rms_init is None or self.rms_init >= 0.0,
+            "rms-init",
+            f"must be >= 0, got {self.rms_init}",
+        )
         _need(self.eps > 0.0, "eps", f"must be > 0, got {self.eps}")
         _need(
             self.max_grad_norm >= 0.0,
