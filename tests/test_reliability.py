@@ -57,13 +57,23 @@ def test_threads_one_worker_is_bit_for_bit_reproducible(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("algo", "core"),
-    [("a3c", "none"), ("a3c", "lstm"), ("nstep-q", "lstm"), ("appo", "none"), ("appo", "lstm")],
+    ("algo", "core", "normalize_obs"),
+    [
+        ("a3c", "none", False),
+        ("a3c", "none", True),
+        ("a3c", "lstm", False),
+        ("nstep-q", "lstm", False),
+        ("appo", "none", False),
+        ("appo", "lstm", False),
+    ],
 )
-def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path, algo, core):
-    # lstm: the recurrent state is checkpointed with the worker and carried on exactly
+def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(
+    tmp_path, algo, core, normalize_obs
+):
+    # lstm: the recurrent state is checkpointed with the worker and carried on exactly;
+    # normalize_obs: the statistics' start and the worker's row too (GlobalSnapshot.obs_parts)
     env = "asyncrl-test/CartPole-sigint-main-v0"  # SIGINT to the main process at env step 700
-    cfg = {**EXACT, "env": env, "algo": algo, "core": core}
+    cfg = {**EXACT, "env": env, "algo": algo, "core": core, "normalize_obs": normalize_obs}
     with pytest.raises(Interrupted) as info:
         asyncrl.train(**cfg, run_dir=str(tmp_path / "b"))
     stopped_at = info.value.step

@@ -269,7 +269,8 @@ def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
     for i in losses:
         torch.testing.assert_close(seen[i][1], seen[i - 1][1])  # as the rollout's last act
     assert float(seen[losses[1]][1][0]) == 8  # the first rollout's 4 x 2 observations, after
-    assert float(state.obs_stats[0]) >= 12
+    merged = state.merged_obs_stats()  # the start, and the worker's own row
+    assert merged is not None and float(merged[0]) >= 12 and float(state.obs_stats[0]) == 0
 
 
 def test_a_non_finite_action_is_the_policys_fault_not_the_envs(monkeypatch):

@@ -25,6 +25,9 @@ class GlobalSnapshot:
     target_period: int  # the last target_update period at which theta^- was refreshed
     counters: np.ndarray  # int64 (3, workers): steps, episodes, non-finite updates
     obs_stats: np.ndarray | None = None  # the observation normaliser's [count, mean, var]
+    # what obs_stats was merged from on shared memory, (start, one row per worker), so that a
+    # resume with as many workers carries on bit for bit (None: restore from obs_stats)
+    obs_parts: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def steps(self) -> int:

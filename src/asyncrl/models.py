@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -314,17 +313,34 @@ def encode_rollout(
     return torch.cat([x, last]).unflatten(0, (T1, B))
 
 
-_STATS_LOCK = threading.Lock()
-
-
 def update_obs_stats(stats: torch.Tensor, batch: np.ndarray) -> None:
     """Merge a batch's mean and variance into ``[count, mean, var]`` in place (Chan et al.'s
-    parallel update). Worker processes do this lock-free on the shared buffer: a lost race
-    costs one batch's worth of statistics, nothing worse. Worker threads take a lock of this
-    process (torch releases the GIL inside each op, so threads would race on every update; a
-    thread cannot be killed while holding it, and processes never contend for it)."""
-    with _STATS_LOCK:
-        _merge(stats, batch)
+    parallel update). Only one writer may update a given ``stats``: workers that share memory
+    each keep a row of their own (``GlobalState.obs_rows``) and read the merge of all rows
+    (:func:`combine_obs_stats`)."""
+    _merge(stats, batch)
+
+
+def combine_obs_stats(base: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> None:
+    """``out`` = ``base`` merged with every row of ``rows`` (``(W, 1 + 2d)``, each a
+    ``[count, mean, var]`` of its own, count 0 where nothing was seen), in one pass whatever W:
+    the pooled mean, and the pooled variance as the weighted within-row variances plus the
+    rows' spread about that mean (exact, no sum of squares to cancel). A row read while its
+    worker writes it may mix old and new moments; the next read has them whole, and nothing
+    is written back from a read."""
+    d = (base.numel() - 1) // 2
+    parts = torch.cat([base.unsqueeze(0), rows]).double()
+    counts = parts[:, :1]
+    n = float(counts.sum())
+    if n <= 0:
+        out.copy_(base)
+        return
+    means, variances = parts[:, 1 : 1 + d], parts[:, 1 + d :]
+    mean = (counts * means).sum(0) / n
+    var = (counts * (variances + (means - mean).pow(2))).sum(0) / n
+    out[0] = n
+    out[1 : 1 + d] = mean
+    out[1 + d :] = var
 
 
 def merge_obs_stats(stats: torch.Tensor, other: torch.Tensor) -> None:

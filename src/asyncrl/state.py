@@ -14,7 +14,13 @@ import torch
 from asyncrl.config import Config
 from asyncrl.errors import UserError
 from asyncrl.messages import GlobalSnapshot
-from asyncrl.models import ModelSpec, build_model, flatten_parameters, obs_stats_of
+from asyncrl.models import (
+    ModelSpec,
+    build_model,
+    combine_obs_stats,
+    flatten_parameters,
+    obs_stats_of,
+)
 from asyncrl.optim import SharedOptimizer, linear_lr, make_optimizer
 
 # Rows of the counters (one column per worker: each worker writes its own, lock-free).
@@ -29,6 +35,11 @@ class GlobalState:
     target_period: torch.Tensor  # int64 (1,): last target_update period theta^- was copied at
     counters: torch.Tensor  # int64 (3, workers): steps, episodes, non-finite updates skipped
     obs_stats: torch.Tensor | None = None  # running [count, mean, var] of the observations
+    # (workers, 1 + 2d): each shared-memory worker's own [count, mean, var] since the start or
+    # the restore, written by that worker alone; the statistics are obs_stats merged with every
+    # row (merged_obs_stats). One shared buffer merged into by every worker lost batches: a
+    # worker preempted between reading and writing it overwrote the others' merges meanwhile.
+    obs_rows: torch.Tensor | None = None
 
     @classmethod
     def create(
@@ -50,9 +61,10 @@ class GlobalState:
             target_period=torch.zeros(1, dtype=torch.int64),
             counters=torch.zeros((3, workers), dtype=torch.int64),
             obs_stats=None if stats is None else stats.clone(),
+            obs_rows=None if stats is None else torch.zeros((workers, stats.numel())),
         )
         if shared:
-            for t in (target, state.target_period, state.counters, state.obs_stats):
+            for t in (target, state.target_period, state.counters, state.obs_stats, state.obs_rows):
                 if t is not None:
                     t.share_memory_()
         return state
@@ -102,15 +114,31 @@ class GlobalState:
                 self.target_params.copy_(self.params)
         return lr
 
+    def merged_obs_stats(self, out: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The observation statistics: ``obs_stats`` merged with every worker's row (into
+        ``out`` where given; None without --normalize-obs)."""
+        if self.obs_stats is None:
+            return None
+        out = self.obs_stats.clone() if out is None else out
+        if self.obs_rows is None:
+            out.copy_(self.obs_stats)
+        else:
+            combine_obs_stats(self.obs_stats, self.obs_rows, out)
+        return out
+
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> GlobalSnapshot:
+        merged = self.merged_obs_stats()
         return GlobalSnapshot(
             params=self.params.numpy().copy(),
             optimizer={k: v.numpy().copy() for k, v in self.optimizer.state_dict().items()},
             target_params=None if self.target_params is None else self.target_params.numpy().copy(),
             target_period=int(self.target_period[0]),
             counters=self.counters.numpy().copy(),
-            obs_stats=None if self.obs_stats is None else self.obs_stats.numpy().copy(),
+            obs_stats=None if merged is None else merged.numpy(),
+            obs_parts=None
+            if self.obs_stats is None or self.obs_rows is None
+            else (self.obs_stats.numpy().copy(), self.obs_rows.numpy().copy()),
         )
 
     def check_fits(self, snap: GlobalSnapshot, run_dir: Path) -> None:
@@ -142,7 +170,18 @@ class GlobalState:
             self.target_params.copy_(_tensor(snap.target_params))
         self.target_period[0] = snap.target_period
         if self.obs_stats is not None and snap.obs_stats is not None:
-            self.obs_stats.copy_(_tensor(snap.obs_stats))
+            parts = snap.obs_parts
+            if (
+                parts is not None
+                and self.obs_rows is not None
+                and self.obs_rows.shape == parts[1].shape
+            ):
+                self.obs_stats.copy_(_tensor(parts[0]))
+                self.obs_rows.copy_(_tensor(parts[1]))
+            else:  # another worker count, or the Ray server's: start from the merged statistics
+                self.obs_stats.copy_(_tensor(snap.obs_stats))
+                if self.obs_rows is not None:
+                    self.obs_rows.zero_()
         old = _tensor(snap.counters)
         if old.shape == self.counters.shape:
             self.counters.copy_(old)

@@ -195,7 +195,8 @@ class Worker:
             self.target_model = build_model(spec)
             self.target_local = flatten_parameters(self.target_model)
             self.target_model.requires_grad_(False)
-        # the observation normaliser reads the shared statistics in place: always current
+        # the observation normaliser reads the store's statistics in place: every worker's
+        # observations, brought up to date after each rollout (store.observe)
         self.obs_stats = store.obs_stats()
         if self.obs_stats is not None:
             for m in (self.model, self.target_model):

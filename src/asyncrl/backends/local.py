@@ -100,6 +100,8 @@ class SharedMemoryStore:
         self.cfg, self.shared, self.outbox = cfg, shared, outbox
         self.wid, self.incarnation = wid, incarnation
         self.state = shared.state
+        # what this worker normalises with: the statistics as of its last rollout, its own
+        self.norm_stats = self.state.merged_obs_stats()
         self.counters = shared.state.counters.numpy()  # a view: this worker writes its column
         # numpy views of the shared flags: indexing them costs ~0.1 us, a torch index ~3 us
         self.stop_flag = shared.stop_flag.numpy()
@@ -162,11 +164,12 @@ class SharedMemoryStore:
         self.outbox.send(NonFinite(self.wid, global_step, what))
 
     def obs_stats(self) -> torch.Tensor | None:
-        return self.state.obs_stats
+        return self.norm_stats
 
     def observe(self, obs: np.ndarray) -> None:
-        assert self.state.obs_stats is not None
-        update_obs_stats(self.state.obs_stats, obs)  # in shared memory, lock-free
+        assert self.state.obs_rows is not None and self.norm_stats is not None
+        update_obs_stats(self.state.obs_rows[self.wid], obs)  # this worker's row: no race
+        self.state.merged_obs_stats(out=self.norm_stats)  # everyone's, for the next rollout
 
     def snapshot(self, worker: Worker) -> WorkerSnapshot | None:
         """The loop's last call: its state to hand back, unless it was retired."""
