@@ -145,9 +145,9 @@ def as_float(obs: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------- encoders
 class ObsNormalizer(nn.Module):
     """``clip((obs - mean) / sqrt(var + 1e-8))`` with running statistics held in one flat
-    buffer ``[count, mean..., var...]``. Not parameters: the workers share the buffer
-    deliberately (:func:`bind_obs_stats`) and update it from their rollouts
-    (:func:`update_obs_stats`); a loaded policy keeps it frozen.
+    buffer ``[count, mean..., var...]``. Not parameters: a worker binds it to the statistics its
+    store keeps current with every worker's rollouts (:func:`bind_obs_stats`); a loaded policy
+    keeps it frozen.
 
     It reads the observations' own values (``obs.float()``, no 1/255 scaling of uint8): the
     statistics are gathered from the rollout's raw observations, and must be applied to the
@@ -326,8 +326,9 @@ def combine_obs_stats(base: torch.Tensor, rows: torch.Tensor, out: torch.Tensor)
     ``[count, mean, var]`` of its own, count 0 where nothing was seen), in one pass whatever W:
     the pooled mean, and the pooled variance as the weighted within-row variances plus the
     rows' spread about that mean (exact, no sum of squares to cancel). A row read while its
-    worker writes it may mix old and new moments; the next read has them whole, and nothing
-    is written back from a read."""
+    worker writes it may mix old and new moments for that one read (a rollout's normalising,
+    or a checkpoint taken at that instant); the worker's own row is whole again after its
+    write."""
     d = (base.numel() - 1) // 2
     parts = torch.cat([base.unsqueeze(0), rows]).double()
     counts = parts[:, :1]
@@ -379,7 +380,8 @@ def obs_stats_of(model: nn.Module) -> torch.Tensor | None:
 
 
 def bind_obs_stats(model: nn.Module, stats: torch.Tensor) -> None:
-    """Make the model's normaliser read (and write) ``stats``, the shared buffer."""
+    """Make the model's normaliser read ``stats`` in place (a store's statistics, kept current
+    by the store; a snapshot's, frozen)."""
     norm = getattr(model, "obs_norm", None)
     if norm is not None:
         norm.stats = stats

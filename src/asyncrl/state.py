@@ -128,7 +128,16 @@ class GlobalState:
 
     # ------------------------------------------------------------------ checkpoints
     def snapshot(self) -> GlobalSnapshot:
-        merged = self.merged_obs_stats()
+        # one copy of the statistics' parts, and the merge of that copy: the rows move on
+        # while workers run, and the checkpoint's two must agree
+        parts = None
+        merged = None
+        if self.obs_stats is not None and self.obs_rows is not None:
+            parts = (self.obs_stats.numpy().copy(), self.obs_rows.numpy().copy())
+            merged = self.obs_stats.clone()
+            combine_obs_stats(torch.from_numpy(parts[0]), torch.from_numpy(parts[1]), merged)
+        elif self.obs_stats is not None:
+            merged = self.obs_stats.clone()
         return GlobalSnapshot(
             params=self.params.numpy().copy(),
             optimizer={k: v.numpy().copy() for k, v in self.optimizer.state_dict().items()},
@@ -136,9 +145,7 @@ class GlobalState:
             target_period=int(self.target_period[0]),
             counters=self.counters.numpy().copy(),
             obs_stats=None if merged is None else merged.numpy(),
-            obs_parts=None
-            if self.obs_stats is None or self.obs_rows is None
-            else (self.obs_stats.numpy().copy(), self.obs_rows.numpy().copy()),
+            obs_parts=parts,
         )
 
     def check_fits(self, snap: GlobalSnapshot, run_dir: Path) -> None:

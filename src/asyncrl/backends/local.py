@@ -167,6 +167,8 @@ class SharedMemoryStore:
         return self.norm_stats
 
     def observe(self, obs: np.ndarray) -> None:
+        if self.retired():  # the row is the new incarnation's: one writer each
+            return
         assert self.state.obs_rows is not None and self.norm_stats is not None
         update_obs_stats(self.state.obs_rows[self.wid], obs)  # this worker's row: no race
         self.state.merged_obs_stats(out=self.norm_stats)  # everyone's, for the next rollout

@@ -40,6 +40,7 @@ def shard_snapshot(snap: GlobalSnapshot, a: int, b: int, first: bool) -> GlobalS
         optimizer={k: part(v) for k, v in snap.optimizer.items()},
         target_params=None if snap.target_params is None else part(snap.target_params),
         obs_stats=snap.obs_stats if first else None,
+        obs_parts=None,  # shared memory's rows: a server keeps the merged statistics
     )
 
 
