@@ -13,6 +13,7 @@ from asyncrl.optim import (
     clip_grad_norm_,
     linear_lr,
     make_optimizer,
+    rms_start,
 )
 from tests.oracles import GradientAccumulator, forward, mlp_spec
 
@@ -72,6 +73,7 @@ def test_rmsprop_starts_from_one_on_ray_and_from_zero_elsewhere_unless_told(back
     opt = make_optimizer(Config(backend=backend), params)
     assert isinstance(opt, SharedRMSprop)
     assert opt.square_avg.tolist() == [1.0 if backend == "ray" else 0.0] * 4
+    assert rms_start(Config(backend=backend)) == opt.square_avg[0]  # what the summary reports
     told = make_optimizer(Config(backend=backend, rms_init=0.5), params)
     assert isinstance(told, SharedRMSprop) and told.square_avg.tolist() == [0.5] * 4
 

@@ -114,11 +114,15 @@ SharedOptimizer = SharedRMSprop | SharedAdam
 def make_optimizer(cfg: Config, params: torch.Tensor) -> SharedOptimizer:
     """The shared optimizer ``cfg`` names, over the flat parameter vector ``params``."""
     if cfg.optimizer == "rmsprop":
-        init = cfg.rms_init if cfg.rms_init is not None else rms_init_for(cfg.backend)
-        return SharedRMSprop(params, cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps, init=init)
+        return SharedRMSprop(params, cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps, init=rms_start(cfg))
     if cfg.optimizer == "adam":
         return SharedAdam(params, cfg.lr, eps=cfg.eps)
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
+
+
+def rms_start(cfg: Config) -> float:
+    """RMSProp's starting average of squared gradients: ``--rms-init``, else the backend's."""
+    return cfg.rms_init if cfg.rms_init is not None else rms_init_for(cfg.backend)
 
 
 def rms_init_for(backend: str) -> float:

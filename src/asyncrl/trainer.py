@@ -29,6 +29,7 @@ from asyncrl.heap import return_freed_memory
 from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
 from asyncrl.monitor import Monitor
+from asyncrl.optim import rms_start
 from asyncrl.rundir import RunDir
 from asyncrl.state import GlobalState
 from asyncrl.supervisor import Ended, Outcome, Supervisor
@@ -160,6 +161,8 @@ def _run(
         / max(train_seconds, 1e-9),
         # what --precision auto chose on this machine (config.json keeps "auto")
         "precision": spec.precision,
+        # and where RMSProp's average started (config.json keeps null: the backend's default)
+        "rms_init": rms_start(cfg) if cfg.optimizer == "rmsprop" else None,
         **extra,
         "run_dir": str(run_dir),
     }

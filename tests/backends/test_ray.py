@@ -112,6 +112,7 @@ def test_a3c_on_a_two_node_cluster_reaches_475(cluster, run_dir, seed):
     )
     assert summary["solved"], summary
     assert summary["nodes"] == 2  # one worker actor on each node
+    assert summary["rms_init"] == 1.0  # Ray's start (asyncrl.optim.rms_init_for)
     assert sum(summary["lags"].values()) > 0  # staleness recorded for every applied push
     load = summary["server"]  # --ray-batch 8: eight gradients in for each parameters out
     assert 0 < load["cpu_share"][0] < 1 and load["mb_in_per_s"] > 4 * load["mb_out_per_s"] > 0
