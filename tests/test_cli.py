@@ -141,6 +141,8 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
         (["--algo", "onestep-sarsa", "--missing", "zero"], "drop --missing zero"),
         (["--algo", "onestep-q", "--n-step", "3"], "--n-step: onestep-q has no n-step"),
         (["--gae-lambda", "0.95", "--n-step", "3"], "--n-step: GAE has no n-step horizon"),
+        (["--vtrace", "--n-step", "3"], "--n-step: V-trace has no n-step horizon"),
+        (["--vtrace", "--missing", "zero"], "--missing: V-trace always"),
         (["--net", "resnet"], "invalid choice"),
         (["--eps-probs", "0.5", "0.6", "0.1"], "--eps-probs: give one probability"),
         (["--target-update", "0"], "--target-update: must be >= 1"),

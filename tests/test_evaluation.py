@@ -344,6 +344,23 @@ def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkey
     assert summary["best_eval_return"] == pytest.approx(best_after["mean"])
 
 
+def test_a_resume_never_replaces_a_best_model_newer_than_its_checkpoint(run_dir):
+    """A run that crashed or diverged after its last checkpoint can leave a best_model.pt
+    better than the best the checkpoint knows: the resumed run keeps it until an evaluation
+    beats it, not merely the checkpoint's best."""
+    cfg = dict(QUICK, backend="threads", target_return=1e9, run_dir=str(run_dir))
+    asyncrl.train(**cfg)
+    path = run_dir / "best_model.pt"
+    blob = torch.load(path, weights_only=True)
+    # as an evaluation after the checkpoint would have written it (no episode scores 1e6)
+    blob["evaluation"] = {"global_step": 7_000, "mean": 1e6, "episodes": 10}
+    torch.save(blob, path)
+    summary = asyncrl.train(resume=run_dir, steps=10_000)
+    assert summary["evaluations"] > QUICK["steps"] // QUICK["eval_every"] + 1  # it evaluated
+    assert torch.load(path, weights_only=True)["evaluation"]["mean"] == 1e6
+    assert summary["best_eval_return"] == 1e6
+
+
 def test_evaluation_seeds_differ_between_evaluations_and_repeat_with_the_seed():
     a, b = eval_seeds(0, 0, 10), eval_seeds(0, 1, 10)
     assert len(set(a)) == 10 and not set(a) & set(b)

@@ -253,7 +253,7 @@ def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(run_dir, mo
             return (loss * float("nan") if GoesNaN.calls > 300 else loss), stats
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", GoesNaN)
-    with pytest.raises(TrainingError, match="non-finite updates in a row") as info:
+    with pytest.raises(TrainingError, match="rollouts in a row with non-finite updates") as info:
         asyncrl.train(
             backend="threads",
             workers=1,

@@ -166,9 +166,38 @@ def test_nonfinite_updates_are_never_applied(monkeypatch):
     run_worker(0, 0, cfg, info, shared, None, msgs)
     assert sum(isinstance(m, NonFinite) for m in msgs) == 3
     error = next(m for m in msgs if isinstance(m, Failed))
-    assert error.diverged and "3 non-finite updates in a row" in error.text
+    assert error.diverged and "3 rollouts in a row with a non-finite update" in error.text
     assert torch.equal(params, before)
     assert int(shared.state.counters[NONFINITE].sum()) == 3
+
+
+def test_nonfinite_updates_count_by_rollout_not_by_minibatch(monkeypatch):
+    """APPO's 16 minibatches share a rollout's advantages: one NaN rollout spoils all of
+    them, and must count once against --max-nonfinite, as A3C's one update does."""
+    from asyncrl.algos.appo import APPO
+
+    class FirstRolloutNaN(APPO):
+        rollouts = 0
+
+        def prepare(self, model, rollout):
+            FirstRolloutNaN.rollouts += 1
+            returns, adv, values, stats, learn_obs = super().prepare(model, rollout)
+            if FirstRolloutNaN.rollouts == 1:
+                adv = adv * np.nan
+            return returns, adv, values, stats, learn_obs
+
+    monkeypatch.setitem(algos.REGISTRY, "appo", FirstRolloutNaN)
+    cfg = Config(algo="appo", steps=64, t_max=8, envs_per_worker=2, hidden=(4,), max_nonfinite=2)
+    cfg = cfg.validate()
+    info = probe_env(cfg.env)
+    params = flatten_parameters(build_model(FirstRolloutNaN(cfg, info).model_spec()))
+    shared, msgs = make_shared(params, optimizer=SharedRMSprop(params, 1e-3)), Outbox()
+    run_worker(0, 0, cfg, info, shared, None, msgs)
+    per_rollout = cfg.epochs * cfg.minibatches
+    assert per_rollout >= 2  # more non-finite updates than --max-nonfinite, in one rollout
+    assert sum(isinstance(m, NonFinite) for m in msgs) == per_rollout
+    assert not any(isinstance(m, Failed) for m in msgs)
+    assert shared.state.steps() >= 64  # it went on to finish its budget
 
 
 def test_a_finished_worker_leaves_a_snapshot_of_its_state():
@@ -183,6 +212,42 @@ def test_a_finished_worker_leaves_a_snapshot_of_its_state():
     np.testing.assert_array_equal(snap.glob.params, params.numpy())
     assert snap.glob.steps == shared.state.steps()
     assert snap.worker["envs"] is not None and "square_avg" in snap.glob.optimizer
+
+
+@pytest.mark.parametrize("algo", ["onestep-q", "onestep-sarsa"])
+def test_a_resume_without_the_envs_keeps_the_rest_of_the_worker_and_plays_new_games(algo):
+    """Where the checkpoint could not keep the envs (ale-py's emulators cannot be pickled), the
+    worker still resumes its RNG and algorithm state, and starts games of its own: not the
+    run's opening ones, which its seeds (its incarnation counts from 0 again) would replay."""
+    from asyncrl.backends.local import SharedMemoryStore
+    from asyncrl.worker import Worker
+
+    cfg = Config(env="Acrobot-v1", algo=algo, steps=10**6, envs_per_worker=3, hidden=(4,))
+    info = probe_env(cfg.env)
+    params = flatten_parameters(build_model(algos.make_algorithm(cfg, info).model_spec()))
+    shared = make_shared(params, target=params.clone())
+
+    def worker(state):
+        return Worker(0, 0, cfg, info, SharedMemoryStore(cfg, shared, Outbox(), 0, 0), state)
+
+    opening = worker(None)
+    opening.rng.random(5)  # the run went on: its RNG moved
+    opening.algo.eps_final = 0.123  # not one of the draws 0.1, 0.01, 0.5
+    if algo == "onestep-sarsa":
+        opening.algo.pending = (np.zeros(3, np.int64), np.zeros(3, np.float32))
+    state = opening.state()
+    with_envs = worker(state)
+    assert with_envs.rng.bit_generator.state == state["rng"]
+    np.testing.assert_array_equal(with_envs.obs, opening.obs)  # the envs resumed exactly
+    state["envs"] = None  # as an env that cannot be pickled leaves it
+    a, b = worker(state), worker(state)
+    assert a.algo.eps_final == 0.123
+    assert a.rng.random() == b.rng.random() != worker(None).rng.random()  # restored, then drawn
+    np.testing.assert_array_equal(a.obs, b.obs)  # new games, still a function of the checkpoint
+    assert not np.isclose(a.obs, opening.obs).all(axis=1).any()  # none of the opening's
+    assert a.first.all() and not a.prev_done.any()
+    if algo == "onestep-sarsa":  # its pending a' was drawn at the old game's state
+        assert with_envs.algo.pending is not None and a.algo.pending is None
 
 
 def test_workers_report_their_learner_statistics():
@@ -201,6 +266,32 @@ def test_workers_report_their_learner_statistics():
     updates = sums["loss/entropy"][1]
     assert updates == 2_000 // 8 + (2_000 % 8 > 0) or updates > 200  # one per rollout
     assert 0 < sums["loss/entropy"][0] / updates <= np.log(2) + 1e-6  # entropy of 2 actions
+
+
+def test_the_last_statistics_reach_a_store_that_sends_them_with_its_snapshot():
+    """Ray's store queues reports and sends what is queued at the loop's last call, the
+    snapshot: the worker's last statistics must be queued before it, not after (lost)."""
+    from asyncrl.backends.local import SharedMemoryStore
+    from asyncrl.worker import Worker
+
+    class Queueing(SharedMemoryStore):
+        def report(self, finished, stats, step):
+            self.queued = [*getattr(self, "queued", []), (finished, stats, step)]
+
+        def snapshot(self, worker):
+            for args in getattr(self, "queued", []):
+                super().report(*args)
+            self.queued = []
+            return super().snapshot(worker)
+
+    cfg = Config(steps=40, t_max=4, envs_per_worker=2, hidden=(4,))
+    info = probe_env(cfg.env)
+    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    shared, outbox = make_shared(params), Outbox()
+    store = Queueing(cfg, shared, outbox, 0, 0)
+    Worker(0, 0, cfg, info, store, None).run()  # 5 rollouts, within STATS_EVERY: no report due
+    updates = sum(m.stats.get("loss/entropy", (0, 0))[1] for m in outbox if isinstance(m, Episodes))
+    assert updates == 5
 
 
 class CountingRMSprop(SharedRMSprop):

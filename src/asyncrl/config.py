@@ -249,7 +249,8 @@ class Config:
     worker_timeout: float = 60.0
     """seconds without an update after which a worker counts as hung and is restarted"""
     max_nonfinite: int = 10
-    """non-finite losses or gradients in a row (none is ever applied) before the run stops"""
+    """rollouts in a row with a non-finite loss or gradient (none is ever applied) before the run
+    stops"""
     tensorboard: bool = True
     """write TensorBoard scalars to RUN_DIR/tb when tensorboard is installed"""
     progress: bool = True
@@ -506,6 +507,19 @@ class Config:
             not self.vtrace or policy_gradient,
             "vtrace",
             f"V-trace corrects a policy gradient; {self.algo} has none: use a3c or appo",
+        )
+        # V-trace's targets, as GAE's, run to the rollout's end and always bootstrap there
+        _need(
+            not (self.vtrace and self.n_step is not None),
+            "n-step",
+            "V-trace has no n-step horizon (its traces run to the rollout's end, cut by c-bar "
+            "and lambda): drop --n-step or --vtrace",
+        )
+        _need(
+            not (self.vtrace and self.missing == "zero"),
+            "missing",
+            "V-trace always bootstraps from the rollout's last value: drop --missing zero or "
+            "--vtrace",
         )
         _need(self.rho_bar > 0.0, "rho-bar", f"must be > 0, got {self.rho_bar}")
         _need(self.c_bar > 0.0, "c-bar", f"must be > 0, got {self.c_bar}")

@@ -74,8 +74,8 @@ class NonFinite:
 
 @dataclass(frozen=True)
 class Failed:
-    """The worker's loop raised. ``diverged``: non-finite updates in a row (a restart would not
-    help)."""
+    """The worker's loop raised. ``diverged``: rollouts in a row with non-finite updates (a
+    restart would not help)."""
 
     worker: int
     incarnation: int

@@ -166,7 +166,8 @@ class GlobalState:
         if problems:
             raise UserError(
                 f"--resume: the checkpoint in {run_dir} does not fit its config ({problems[0]}); "
-                "restore config.json to the settings the run was started with"
+                "resume with the settings it was started with: no option given with --resume that "
+                "changes the network or the optimizer, and config.json as the run wrote it"
             )
 
     def restore(self, snap: GlobalSnapshot) -> None:

@@ -44,7 +44,7 @@ class Ended(enum.Enum):
     SOLVED = "the stop rule fired"
     INTERRUPTED = "a signal stopped it"
     FAILED = "worker faults past the restart limit"
-    DIVERGED = "non-finite updates in a row"
+    DIVERGED = "rollouts in a row with non-finite updates"
     SERVER_LOST = "the parameter server died"
 
     @property
@@ -328,8 +328,9 @@ class Supervisor:
         parameters where the run ended on its budget of steps or time (or on the training
         episodes, with --stop-on train), so that the best model is the better of the best and
         the last. None after a signal (the user wants out), a fault (the final state is not
-        trusted) or an evaluation that solved the task (its parameters are the best model
-        already)."""
+        trusted) or an evaluation that solved the task (best_model.pt holds its parameters,
+        or those of an earlier confirmation with a higher mean that failed on its standard
+        error)."""
         ev, glob = self.evaluator, self.outcome.glob
         if ev is None:
             return

@@ -105,6 +105,12 @@ def _run(
         frames_per_step=info.frames_per_step,
         state=None if ckpt is None else ckpt["monitor"],
     )
+    if ckpt is not None:
+        # best_model.pt can be newer than the checkpoint (the run crashed or diverged after
+        # it): only a better evaluation replaces it, not one better than the checkpoint's best
+        on_disk = _best_model_evaluation(run_dir)
+        if on_disk is not None and (monitor.best_eval is None or on_disk[0] > monitor.best_eval[0]):
+            monitor.best_eval = on_disk
 
     def write_checkpoint(glob: GlobalSnapshot, workers: dict[int, dict], restarts: int) -> None:
         payload = {"config": cfg.to_dict(), "spec": spec.to_dict(), "glob": glob}
@@ -298,6 +304,14 @@ def _closing(evaluator: Evaluator | None) -> Iterator[None]:
     finally:
         if evaluator is not None:
             evaluator.close()
+
+
+def _best_model_evaluation(run_dir: RunDir) -> tuple[float, int, int] | None:
+    """The evaluation best_model.pt records (mean, global step, episodes), if there is one."""
+    if not run_dir.best_model.is_file():
+        return None
+    ev = torch.load(run_dir.best_model, map_location="cpu", weights_only=True).get("evaluation")
+    return None if ev is None else (float(ev["mean"]), int(ev["global_step"]), int(ev["episodes"]))
 
 
 def _save_params(

@@ -211,15 +211,26 @@ class Worker:
         self.buf = Rollout.for_env(self.T, B, info)
         self.obs_t = torch.from_numpy(self.buf.obs)  # views: buf.obs[t] writes show in obs_t[t]
         self.stats = RunningStats()
+        if state is not None:  # resuming: the RNG and the algorithm state always come back
+            self.rng.bit_generator.state = state["rng"]
+            self.algo.load_worker_state(state["algo"])
         if state is not None and state.get("envs") is not None:
-            self._restore(state)
+            self._restore_envs(state)
         else:
-            self.envs = make_vec_env(cfg.env, B, self.env_seeds[0], cfg.env_kwargs_dict)
-            self.obs = reset_vec_env(self.envs, self.env_seeds)
+            seeds = self.env_seeds
+            if state is not None:
+                # the checkpoint could not keep the envs (ale-py's emulators cannot be
+                # pickled): new games, seeded from the restored RNG, since the worker's own
+                # seeds (its incarnation counts from 0 again) would replay the run's opening
+                seeds = [int(s) for s in self.rng.integers(2**32, size=B, dtype=np.uint64)]
+                self.algo.envs_restarted()
+            self.envs = make_vec_env(cfg.env, B, seeds[0], cfg.env_kwargs_dict)
+            self.obs = reset_vec_env(self.envs, seeds)
             self.prev_done = np.zeros(B, bool)
             self.first = np.ones(B, bool)  # the next observation starts an episode
             self.ep_return = np.zeros(B, np.float64)
             self.ep_length = np.zeros(B, np.int64)
+        # rollouts in a row with a non-finite update (:meth:`learn`)
         self.bad_in_a_row = 0
 
     # ------------------------------------------------------------------ state for checkpoints
@@ -236,9 +247,7 @@ class Worker:
             "ep_length": self.ep_length.copy(),
         }
 
-    def _restore(self, state: dict) -> None:
-        self.rng.bit_generator.state = state["rng"]
-        self.algo.load_worker_state(state["algo"])
+    def _restore_envs(self, state: dict) -> None:
         self.envs = pickle.loads(state["envs"])
         self.obs = state["obs"]
         self.prev_done = state["prev_done"]
@@ -272,9 +281,9 @@ class Worker:
             due = self.stats.due()
             if finished or due:
                 store.report(finished, self.stats.take() if due else {}, global_step)
-        snapshot = store.snapshot(self)
-        if self.stats.sums:
+        if self.stats.sums:  # before the snapshot: on Ray it sends what is still queued
             store.report([], self.stats.take(), global_step)
+        snapshot = store.snapshot(self)
         self.envs.close()
         return snapshot
 
@@ -284,6 +293,7 @@ class Worker:
         retired meanwhile."""
         cfg, store, algo = self.cfg, self.store, self.algo
         global_step = -1
+        bad: str | None = None  # the last non-finite update's loss and norm
         for k, update in enumerate(algo.updates(self.model, ro, self.target_model)):
             if algo.fresh_parameters:  # learn at the global parameters of now (off-policy)
                 version = store.refresh(self.local, self.target_local)
@@ -299,12 +309,20 @@ class Worker:
             if global_step < 0:
                 return global_step
             if finite:
-                self.bad_in_a_row = 0
                 stats["train/grad_norm"] = norm
                 stats["train/clip_fraction"] = float(0 < cfg.max_grad_norm < norm)
                 self.stats.add(stats)
             else:
-                self.nonfinite(global_step, loss, norm)
+                bad = f"loss {float(loss.detach())}, gradient norm {norm}"
+                store.nonfinite(global_step, bad)
+        # counted by rollout, not by update, so that --max-nonfinite means the same for APPO's
+        # 16 minibatches a rollout (one NaN advantage spoils them all) as for A3C's one update
+        self.bad_in_a_row = 0 if bad is None else self.bad_in_a_row + 1
+        if self.bad_in_a_row >= cfg.max_nonfinite:
+            raise Diverged(
+                f"{self.bad_in_a_row} rollouts in a row with a non-finite update, the last at "
+                f"global step {global_step} ({bad}); none of those updates was applied"
+            )
         return global_step
 
     def collect(self, global_step: int) -> tuple[list[tuple[float, int]], int]:
@@ -373,7 +391,7 @@ class Worker:
                 t, env = np.argwhere(bad)[0][:2]
                 raise EnvFault(
                     f"{self.cfg.env} returned a non-finite {name} to worker {self.wid} "
-                    f"(env {env}, step {t} of the rollout ending at global step {global_step})"
+                    f"(env {env}, step {t} of the rollout from global step {global_step})"
                 )
 
     def nonfinite_action(self, action: np.ndarray, global_step: int) -> None:
@@ -383,13 +401,3 @@ class Worker:
             f"(env {env}, global step {global_step}): its parameters or inputs are non-finite, "
             "not the env's values"
         )
-
-    def nonfinite(self, global_step: int, loss: torch.Tensor, norm: float) -> None:
-        self.bad_in_a_row += 1
-        what = f"loss {float(loss.detach())}, gradient norm {norm}"
-        self.store.nonfinite(global_step, what)
-        if self.bad_in_a_row >= self.cfg.max_nonfinite:
-            raise Diverged(
-                f"{self.bad_in_a_row} non-finite updates in a row at global step {global_step} "
-                f"({what}); none was applied"
-            )

@@ -80,6 +80,11 @@ class Algorithm(ABC):
         if core is not None:
             self.state = torch.from_numpy(core)
 
+    def envs_restarted(self) -> None:  # noqa: B027
+        """The worker's envs start new games after a resume whose checkpoint could not keep
+        them: forget what belongs to their last observations. Nothing by default: the core's
+        state restarts anyway, every env's next observation being a first."""
+
     def begin_rollout(self, model: nn.Module, global_step: int) -> None:
         """Called before the first step of a rollout: the core's state is stored here."""
         self.start_state = self.state  # None until the first step: zeros then

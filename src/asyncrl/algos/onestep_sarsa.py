@@ -40,6 +40,9 @@ class OneStepSarsa(ValueBased):
         logp = state.get("pending_logp")
         self.pending = (actions, np.zeros(actions.shape, np.float32) if logp is None else logp)
 
+    def envs_restarted(self) -> None:
+        self.pending = None  # drawn at the old game's state, not the new one's
+
     def rollout_length(self) -> int:
         return self.cfg.async_update
 
