@@ -297,6 +297,19 @@ def test_box_actions_with_a_q_method_or_an_unknown_space_get_one_line(tmp_path, 
     assert "KEY=VALUE" in capsys.readouterr().err
 
 
+def test_env_kwargs_reach_the_env_with_the_preset_the_env_picks(tmp_path, capsys):
+    # the README's command shape: --env-kwargs with no --preset (the env's probe picks it)
+    run_dir = tmp_path / "run"
+    argv = ["train", "--env", "LunarLander-v3", "--env-kwargs", "continuous=true"]
+    argv += ["--steps", "200", "--eval-every", "0", "--stop-on", "train", "--workers", "1"]
+    assert exit_code([*argv, "--run-dir", str(run_dir), "--no-progress"]) == 0
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["env_kwargs"] == ["continuous=true"] and cfg["algo"] == "appo"  # box2d-lander
+    import asyncrl
+
+    assert asyncrl.load(run_dir).spec.action.kind == "box"  # the Gaussian policy
+
+
 def test_a_missing_env_extra_names_the_install_command(monkeypatch, tmp_path, capsys):
     import gymnasium as gym
 

@@ -217,6 +217,24 @@ def test_a_solved_run_reports_the_mean_that_met_the_rule(tmp_path):
         assert resumed.solved and resumed.solve_return is None
 
 
+def test_a_resumed_run_fills_the_metrics_columns_its_first_run_named(tmp_path):
+    cfg = asyncrl.Config(tensorboard=False, progress=False)
+    stats = {"loss/entropy": (1.2, 2), "train/grad_norm": (3.0, 1)}
+    with Monitor(RunDir(tmp_path), cfg, target_return=100.0) as monitor:
+        monitor.add_stats(stats)
+        monitor.write_metrics()
+        saved = monitor.state_dict()
+    with Monitor(RunDir(tmp_path), cfg, target_return=100.0, state=saved) as resumed:
+        resumed.add_stats(stats)
+        resumed.write_metrics()
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and rows[0].keys() == rows[1].keys()
+    for row in rows:  # every column filled after the resume as before it
+        assert float(row["loss_entropy"]) == 0.6 and float(row["train_grad_norm"]) == 3.0
+        assert float(row["train_learning_rate"]) > 0
+
+
 def test_the_main_process_writes_its_models_on_one_thread_and_restores_the_callers(
     run_dir, monkeypatch
 ):
@@ -390,14 +408,19 @@ def test_which_refuses_a_bad_name(run_dir):
         asyncrl.load(run_dir, "first")  # type: ignore[arg-type]
 
 
-def test_a_failing_evaluation_is_one_line_and_the_run_goes_on(run_dir, monkeypatch, capsys):
+@pytest.mark.parametrize("delay", [0.0, 0.5])
+def test_a_failing_evaluation_is_one_line_and_the_run_goes_on(run_dir, monkeypatch, capsys, delay):
+    """Also when it fails only after the next one fell due (delay: more than --eval-every
+    steps pass while it runs)."""
     import asyncrl.envs
 
     def broken(*a, **k):
+        time.sleep(delay)
         raise RuntimeError("no display here")
 
     monkeypatch.setattr(asyncrl.envs, "make_eval_vec_env", broken)
-    summary = asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
+    quick = {**QUICK, "eval_every": 200} if delay else QUICK
+    summary = asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **quick)
     assert summary["total_steps"] >= QUICK["steps"] and summary["evaluations"] == 1
     err = capsys.readouterr().err
     assert "evaluation 0 failed (no display here); the run goes on without evaluations" in err

@@ -188,6 +188,23 @@ def test_kill_9_of_the_main_process_loses_at_most_one_interval(tmp_path):
     assert summary["total_steps"] >= int(ckpt["glob"].steps) + 10_000
 
 
+def test_worker_threads_outlive_a_change_of_the_trainers_parent(run_dir, monkeypatch):
+    """nohup asyncrl train --backend threads ... & and the shell exits: the trainer is
+    reparented, and its worker threads (in the trainer's own process) must not read that as
+    their parent dying."""
+    import itertools
+
+    import asyncrl.backends.local as local
+
+    pids = itertools.count(10**6)  # a new parent at every look
+    monkeypatch.setattr(local.os, "getppid", lambda: next(pids))
+    summary = asyncrl.train(
+        backend="threads", workers=2, steps=4_000, target_return=1e9, eval_every=0,
+        stop_on="train", run_dir=str(run_dir), progress=False,
+    )  # fmt: skip
+    assert summary["total_steps"] >= 4_000 and summary["ended"] == "budget"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["raise", "kill", "hang", "nan-obs"])
 def test_a_faulty_worker_is_restarted_and_the_run_reaches_its_target(fault, run_dir, capfd, seed):

@@ -294,6 +294,40 @@ def test_the_last_statistics_reach_a_store_that_sends_them_with_its_snapshot():
     assert updates == 5
 
 
+def test_a_worker_started_before_a_checkpoint_request_answers_it_however_late_it_starts():
+    """The supervisor restarts a worker and, in the same pass, asks for a checkpoint due: the
+    new incarnation may reach its first pull only after the request. It must answer it (an
+    unanswered request holds every later checkpoint back)."""
+    from asyncrl.backends.local import LocalRun, SharedMemoryStore
+    from asyncrl.messages import Snapshot
+    from asyncrl.worker import Worker
+
+    class Recorder:
+        def start_worker(self, worker_id, target, args):
+            self.args = args
+
+    cfg = Config(steps=100, t_max=4, envs_per_worker=2, hidden=(4,))
+    info = probe_env(cfg.env)
+    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    state = GlobalState(
+        params=params,
+        optimizer=SharedRMSprop(params, 1e-3),
+        target_params=None,
+        target_period=torch.zeros(1, dtype=torch.int64),
+        counters=torch.zeros((3, 1), dtype=torch.int64),
+    )
+    run = LocalRun(cfg, info, state, Recorder())  # type: ignore[arg-type]
+    run.shared.checkpoint_request[0] = 3  # three checkpoints answered earlier in the run
+    run._start(0, None)
+    run.shared.checkpoint_request[0] = 4  # asked before the worker got going
+    wid, inc, cfg_, info_, shared, wstate = run.backend.args
+    outbox = Outbox()
+    store = SharedMemoryStore(cfg_, shared, outbox, wid, inc)
+    store.attach(Worker(wid, inc, cfg_, info_, store, wstate))
+    store.pull(params.clone(), None)
+    assert [m.request for m in outbox if isinstance(m, Snapshot)] == [4]
+
+
 class CountingRMSprop(SharedRMSprop):
     steps = 0
 

@@ -880,9 +880,10 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
         if info is None:
             name = auto_preset(env, overrides.get("env_kwargs", ()))
         else:
-            from asyncrl.envs import probed
+            from asyncrl.envs import parse_env_kwargs, probed
 
-            name = probed(info, env).preset
+            kwargs = parse_env_kwargs(overrides.get("env_kwargs", ()))
+            name = probed(info, env, kwargs).preset
     if name not in _PRESETS:
         raise UserError(f"--preset: unknown preset {name!r}, choose one of {', '.join(_PRESETS)}")
     values = dict(_PRESETS[name])

@@ -197,12 +197,13 @@ class Monitor:
             return
         means["train/learning_rate"] = self.learning_rate()
         self._sums = {}
+        # the columns by their header's names: a resumed run reads them back from the header
+        named = {k.replace("/", "_"): v for k, v in means.items()}
         if self._metrics_columns is None:
-            self._metrics_columns = sorted(means)
-            header = [c.replace("/", "_") for c in self._metrics_columns]
-            self._metrics.writerow(["global_step", "wall_seconds", *header])
+            self._metrics_columns = sorted(named)
+            self._metrics.writerow(["global_step", "wall_seconds", *self._metrics_columns])
         row = [self.global_step, f"{self.elapsed():.3f}"]
-        row += [f"{means[k]:.6g}" if k in means else "" for k in self._metrics_columns]
+        row += [f"{named[k]:.6g}" if k in named else "" for k in self._metrics_columns]
         self._metrics.writerow(row)
         if self._tb is not None:
             for k, v in means.items():

@@ -268,7 +268,7 @@ class Supervisor:
             return
         for result in ev.results():
             self.evaluated(result)
-        if self.stopping or ev.busy:
+        if self.stopping or self.evaluator is None or ev.busy:  # None: one failed just now
             return
         step = self.run_.global_step()
         every = self.cfg.eval_interval

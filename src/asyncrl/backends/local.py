@@ -44,11 +44,16 @@ class SharedMemory:
     incarnation: torch.Tensor  # int64 (workers,): bumped by the main process on a restart
     checkpoint_request: torch.Tensor  # int64 (1,): id of the latest checkpoint request
     stop_flag: torch.Tensor  # int64 (1,): set by the main process (stop rule, signal, error)
+    # int64 (workers,): the checkpoint request of when each incarnation was started; it answers
+    # every later one, also one made before it got going (a restart, then a checkpoint due)
+    start_request: torch.Tensor
+    main_pid: int  # the main process: a worker process whose parent it no longer is is orphaned
 
     @classmethod
     def create(cls, state: GlobalState, workers: int) -> SharedMemory:
         z = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype).share_memory_()  # noqa: E731
-        return cls(state, z(workers, dtype=torch.float64), z(workers), z(1), z(1))
+        beats = z(workers, dtype=torch.float64)
+        return cls(state, beats, z(workers), z(1), z(1), z(workers), os.getpid())
 
     def stopping(self) -> bool:
         return bool(self.stop_flag[0])
@@ -108,8 +113,10 @@ class SharedMemoryStore:
         self.request = shared.checkpoint_request.numpy()
         self.heartbeat = shared.heartbeat.numpy()
         self.incarnations = shared.incarnation.numpy()
-        self.answered = int(self.request[0])
-        self.parent = os.getppid()
+        self.answered = int(shared.start_request[wid])
+        # a worker thread lives in the main process, which has no parent to lose (a trainer
+        # run under nohup outlives its shell); a worker process must exit with its parent
+        self.in_process = os.getpid() == shared.main_pid
         self.worker: Worker | None = None
 
     def attach(self, worker: Worker) -> None:
@@ -121,7 +128,9 @@ class SharedMemoryStore:
 
     def retired(self) -> bool:
         """This incarnation must exit at once (restarted as hung, or orphaned)."""
-        return self.incarnations[self.wid] != self.incarnation or os.getppid() != self.parent
+        if self.incarnations[self.wid] != self.incarnation:
+            return True
+        return not self.in_process and os.getppid() != self.shared.main_pid
 
     def stopping(self) -> bool:
         return bool(self.stop_flag[0]) or self.retired()
@@ -197,6 +206,7 @@ class LocalRun:
 
     def _start(self, wid: int, state: dict | None) -> None:
         self.shared.heartbeat[wid] = time.time()
+        self.shared.start_request[wid] = self.shared.checkpoint_request[0]
         args = (wid, self.incarnation(wid), self.cfg, self.info, self.shared, state)
         self.backend.start_worker(wid, run_worker, args)
 
