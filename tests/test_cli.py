@@ -99,6 +99,15 @@ def test_train_writes_a_complete_run_directory(run_dir, capsys):
     assert "--out" in err and len(err.splitlines()) == 1
     assert main(["plot", str(run_dir), str(run_dir), "--out", str(elsewhere / "both.png")]) == 0
     assert (elsewhere / "both.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # what would fail only after the plotting: one line, exit 2, nothing written
+    for out, needle in (("nodir/x.png", "does not exist"), ("x.nope", "no image file type")):
+        for runs in ([run_dir], [run_dir, run_dir]):
+            assert main(["plot", *map(str, runs), "--out", str(elsewhere / out)]) == 2
+            err = capsys.readouterr().err
+            assert needle in err and len(err.splitlines()) == 1
+    assert not (elsewhere / "nodir").exists() and not (elsewhere / "x.nope").exists()
+    assert main(["eval", str(run_dir), "--seed", "-1"]) == 2
+    assert "--seed: must be >= 0" in capsys.readouterr().err
 
 
 def test_metrics_csv_holds_the_learners_diagnostics(run_dir):
@@ -144,6 +153,14 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
         (["--vtrace", "--n-step", "3"], "--n-step: V-trace has no n-step horizon"),
         (["--vtrace", "--missing", "zero"], "--missing: V-trace always"),
         (["--net", "resnet"], "invalid choice"),
+        (["--max-staleness", "4"], "--max-staleness: applies to --backend ray only"),
+        (["--ray-servers", "2"], "--ray-servers: applies to --backend ray only"),
+        (["--optimizer", "adam", "--rms-init", "1"], "--rms-init: is RMSProp's"),
+        (["--net", "a3c"], "--net a3c: a conv net reads images, and these observations"),
+        (
+            ["--env", "MinAtar/Breakout-v1", "--net", "nature"],
+            "need larger images than (10, 10, 4)",
+        ),
         (["--eps-probs", "0.5", "0.6", "0.1"], "--eps-probs: give one probability"),
         (["--target-update", "0"], "--target-update: must be >= 1"),
         (["--workers", "0"], "--workers: must be >= 1"),

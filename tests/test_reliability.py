@@ -205,6 +205,39 @@ def test_worker_threads_outlive_a_change_of_the_trainers_parent(run_dir, monkeyp
     assert summary["total_steps"] >= 4_000 and summary["ended"] == "budget"
 
 
+def test_a_fault_reported_twice_in_one_batch_restarts_the_worker_once(tmp_path):
+    """A worker's Failed and the run's Lost for the same incarnation can arrive together: the
+    first restarts it, and the second, about the incarnation gone, must not restart the new
+    one (nor count a second fault)."""
+    from asyncrl.messages import Failed, Lost
+    from asyncrl.monitor import Monitor
+    from asyncrl.rundir import RunDir
+    from asyncrl.supervisor import Supervisor
+
+    class FakeRun:
+        workers = 1
+
+        def __init__(self):
+            self.inc = 0
+
+        def incarnation(self, wid):
+            return self.inc
+
+        def restart(self, wid):
+            self.inc += 1
+
+        def global_step(self):
+            return 0
+
+    cfg = asyncrl.Config(progress=False, tensorboard=False)
+    run = FakeRun()
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        sup = Supervisor(cfg, run, monitor, lambda *a: None)  # type: ignore[arg-type]
+        sup.handle(Failed(0, 0, "RuntimeError: boom", ""))
+        sup.handle(Lost(0, 0, "died without a report"))
+    assert run.inc == 1 and sup.outcome.restarts == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["raise", "kill", "hang", "nan-obs"])
 def test_a_faulty_worker_is_restarted_and_the_run_reaches_its_target(fault, run_dir, capfd, seed):
@@ -338,6 +371,24 @@ def test_resume_rejects_a_bad_checkpoint_and_changes_nothing(damage, finished_ru
         "model-shape": "does not fit its config",
     }[damage] in err
     assert snapshot(finished_run) == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--preset", "paper"], "--preset: a resumed run keeps its settings"),
+        (["--run-dir", "ELSEWHERE"], "--run-dir: a resumed run goes on in its own directory"),
+    ],
+)
+def test_resume_refuses_what_it_would_ignore_and_changes_nothing(
+    extra, needle, finished_run, tmp_path, capsys
+):
+    extra = [str(tmp_path / "elsewhere") if a == "ELSEWHERE" else a for a in extra]
+    before = snapshot(finished_run)
+    assert main(["train", "--resume", str(finished_run), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err
+    assert snapshot(finished_run) == before and not (tmp_path / "elsewhere").exists()
 
 
 def test_observation_that_does_not_match_its_space(run_dir, capsys):

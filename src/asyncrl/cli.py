@@ -129,6 +129,12 @@ def _train(ns: argparse.Namespace) -> int:
     if ns.resume is not None:  # the run's own config: train probes its env and opens its cluster
         from asyncrl.trainer import train
 
+        if ns.preset is not None:
+            raise UserError(
+                "--preset: a resumed run keeps its settings (config.json in the --resume "
+                "directory; options given with --resume override them): drop --preset"
+            )
+
         s = train(resume=ns.resume, **given)
     else:
         from asyncrl.envs import parse_env_kwargs, probe_env

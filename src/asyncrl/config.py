@@ -449,6 +449,16 @@ class Config:
             "address",
             "joining a cluster needs --backend ray",
         )
+        _need(
+            self.max_staleness is None or self.backend == "ray",
+            "max-staleness",
+            "applies to --backend ray only (shared memory has no stale gradients to drop)",
+        )
+        _need(
+            self.ray_servers == 1 or self.backend == "ray",
+            "ray-servers",
+            "applies to --backend ray only (other backends share parameters in memory)",
+        )
 
     def _check_targets(self) -> None:
         """The rollout and the targets learnt from it (every algorithm)."""
@@ -476,6 +486,11 @@ class Config:
         """The shared optimiser and the update (every algorithm)."""
         _need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         _need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
+        _need(
+            self.rms_init is None or self.optimizer == "rmsprop",
+            "rms-init",
+            "is RMSProp's; --optimizer adam starts its averages at 0: drop --rms-init",
+        )
         _need(
             self.rms_init is None or self.rms_init >= 0.0,
             "rms-init",

@@ -89,6 +89,7 @@ class Lost:
     """The worker died without a report, hung, or its machine went away (found by the run)."""
 
     worker: int
+    incarnation: int  # the one found lost: a later one (restarted meanwhile) is not
     why: str
 
 

@@ -206,6 +206,21 @@ _CONV_NETS: dict[str, tuple[list[tuple[int, int, int]], int]] = {
 }
 
 
+def conv_net_problem(name: str, obs_shape: tuple[int, ...], channels_last: bool) -> str | None:
+    """Why the conv net ``name`` cannot read these observations, or None where it can."""
+    if len(obs_shape) != 3:
+        return f"a conv net reads images, and these observations have shape {obs_shape}"
+    h, w = obs_shape[:2] if channels_last else obs_shape[1:]
+    for _, k, s in _CONV_NETS[name][0]:
+        if min(h, w) < k:
+            return (
+                f"its layers need larger images than {obs_shape} (a {k}x{k} kernel meets a "
+                f"{h}x{w} map)"
+            )
+        h, w = (h - k) // s + 1, (w - k) // s + 1
+    return None
+
+
 class ConvEncoder(nn.Module):
     """Conv layers with ReLU, then one fully connected ReLU layer."""
 

@@ -56,6 +56,20 @@ def frames_per_step(run_dir: str | Path) -> int:
     return max(1, round(s.get("total_frames", 0) / max(s.get("total_steps", 1), 1)))
 
 
+def _out_path(out: str | Path) -> Path:
+    """``--out`` as given, refused in one line where saving the figure would fail only after
+    the plotting (no folder, or no image type: matplotlib would also add .png to a name
+    without one, and the path printed would not be the file written)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(out)
+    if path.suffix.lstrip(".").lower() not in FigureCanvasBase.get_supported_filetypes():
+        raise UserError(f"--out: {path} has no image file type: end it in .png (or .svg, .pdf)")
+    if not path.parent.is_dir():
+        raise UserError(f"--out: the folder {path.parent} does not exist: create it first")
+    return path
+
+
 def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 100) -> Path:
     """Write the learning curve PNG (default ``RUN_DIR/learning_curve.png``) and, if the run
     has ``metrics.csv``, the diagnostics beside it (:func:`metrics_path`); return the learning
@@ -65,6 +79,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 1
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    path = _out_path(out) if out else Path(run_dir) / "learning_curve.png"
     data = read_episodes(run_dir)
     if not data["return"]:
         raise UserError(f"{run_dir}/episodes.csv holds no finished episode yet; nothing to plot")
@@ -100,7 +115,6 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, window: int = 1
     axes[0].legend(loc="lower right")
     fig.suptitle(Path(run_dir).name)
     fig.tight_layout()
-    path = Path(out) if out else Path(run_dir) / "learning_curve.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     metrics = RunDir(Path(run_dir)).metrics
@@ -118,6 +132,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, window: int = 100) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    path = _out_path(out)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     # emulator frames where every run counts them (Atari), env steps otherwise
     per_steps = [frames_per_step(r) for r in run_dirs]
@@ -143,7 +158,6 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, window: int = 100) ->
         ax.grid(alpha=0.3)
     axes[0].legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    path = Path(out)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -206,6 +206,8 @@ def evaluate(
 
     if episodes < 1:
         raise UserError(f"--episodes: must be >= 1, got {episodes}")
+    if seed < 0:  # numpy's generators and gymnasium's resets take none below 0
+        raise UserError(f"--seed: must be >= 0, got {seed}")
     policy = load(run_dir, which)
     if not deterministic and policy.spec.kind != "actor-critic":
         policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal

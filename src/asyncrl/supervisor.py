@@ -216,8 +216,8 @@ class Supervisor:
                     self.fault(w, f"failed: {text}", tb)
             case Notice(text=text):
                 self.monitor.log(text)
-            case Lost(worker=w, why=why):
-                if w not in self.done:
+            case Lost(worker=w, incarnation=inc, why=why):
+                if w not in self.done and inc == run.incarnation(w):
                     self.fault(w, why)
             case Done(worker=w, incarnation=inc, snapshot=snap):
                 if inc == run.incarnation(w):

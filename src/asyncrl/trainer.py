@@ -194,7 +194,12 @@ def _config(
         info = probed(info, cfg.env, cfg.env_kwargs_dict)
         return cfg.check_env(info), None, info
     run_dir = RunDir.existing(resume, "config", flag="--resume")
-    overrides = {k: v for k, v in overrides.items() if k != "run_dir"}
+    elsewhere = overrides.pop("run_dir", None)
+    if elsewhere is not None and Path(elsewhere).resolve() != run_dir.path.resolve():
+        raise UserError(
+            f"--run-dir: a resumed run goes on in its own directory ({run_dir.path}): drop "
+            "--run-dir, or copy the run directory there and resume that"
+        )
     saved = Config.from_dict(run_dir.read_config())
     cfg = dataclasses.replace(saved, **overrides, run_dir=str(run_dir)).validate()
     info = probed(info, cfg.env, cfg.env_kwargs_dict)

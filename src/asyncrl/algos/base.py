@@ -27,7 +27,7 @@ from torch import nn
 from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
 from asyncrl.errors import UserError
-from asyncrl.models import ModelSpec, cpu_has_bfloat16_units
+from asyncrl.models import ModelSpec, conv_net_problem, cpu_has_bfloat16_units
 from asyncrl.rollout import Rollout
 
 
@@ -175,6 +175,11 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
             encoder = "mlp"
         else:
             encoder = "minatar" if min(shape[:2] if channels_last else shape[1:]) < 36 else "a3c"
+    problem = None if encoder == "mlp" else conv_net_problem(encoder, shape, channels_last)
+    if problem is not None:
+        raise UserError(
+            f"--net {encoder}: {problem}; use --net auto (it picks from the observations)"
+        )
     precision = cfg.precision
     if precision == "auto":
         precision = "bfloat16" if encoder != "mlp" and cpu_has_bfloat16_units() else "float32"

@@ -40,7 +40,9 @@ class SharedMemory:
     process uses to steer the workers."""
 
     state: GlobalState
-    heartbeat: torch.Tensor  # float64 (workers,): time.time() of each worker's last update
+    # float64 (workers,): each worker's last update, on the system-wide monotonic clock (the
+    # same in every process; unlike the wall clock, no step of it or suspend reads as a hang)
+    heartbeat: torch.Tensor
     incarnation: torch.Tensor  # int64 (workers,): bumped by the main process on a restart
     checkpoint_request: torch.Tensor  # int64 (1,): id of the latest checkpoint request
     stop_flag: torch.Tensor  # int64 (1,): set by the main process (stop rule, signal, error)
@@ -137,7 +139,7 @@ class SharedMemoryStore:
 
     def pull(self, local: torch.Tensor, target_local: torch.Tensor | None) -> int:
         # the rollout boundary: alive, and the worker's state is whole (a checkpoint's moment)
-        self.heartbeat[self.wid] = time.time()
+        self.heartbeat[self.wid] = time.monotonic()
         request = int(self.request[0])
         if request > self.answered and self.worker is not None:
             self.answered = request
@@ -205,7 +207,7 @@ class LocalRun:
             self._start(wid, states.get(wid))
 
     def _start(self, wid: int, state: dict | None) -> None:
-        self.shared.heartbeat[wid] = time.time()
+        self.shared.heartbeat[wid] = time.monotonic()
         self.shared.start_request[wid] = self.shared.checkpoint_request[0]
         args = (wid, self.incarnation(wid), self.cfg, self.info, self.shared, state)
         self.backend.start_worker(wid, run_worker, args)
@@ -223,7 +225,7 @@ class LocalRun:
 
     def lost(self) -> list[Message]:
         out: list[Message] = []
-        now = time.time()
+        now = time.monotonic()
         for wid in range(self.workers):
             if wid in self.retired or wid in self.finished:
                 continue
@@ -235,9 +237,10 @@ class LocalRun:
                     continue
                 code = self.backend.exitcode(wid)
                 how = f" (exit code {code})" if code is not None else ""
-                out.append(Lost(wid, f"died without a report{how}"))
+                out.append(Lost(wid, self.incarnation(wid), f"died without a report{how}"))
             elif now - float(self.shared.heartbeat[wid]) > self.cfg.worker_timeout:
-                out.append(Lost(wid, f"sent no update for {self.cfg.worker_timeout:g} s (hung)"))
+                why = f"sent no update for {self.cfg.worker_timeout:g} s (hung)"
+                out.append(Lost(wid, self.incarnation(wid), why))
         return out
 
     def drain(self, seconds: float = 0.5) -> list[Message]:

@@ -200,7 +200,8 @@ class RayRun:
         except ray.exceptions.RayActorError as e:  # the actor's process or node is gone
             self.pending_since.pop(w, None)
             self.workers_lost += 1
-            return [Lost(w, f"died ({type(e).__name__}): its process or its machine is gone")]
+            why = f"died ({type(e).__name__}): its process or its machine is gone"
+            return [Lost(w, inc, why)]
         except ray.exceptions.RayTaskError as e:  # its env or learner raised
             cause = getattr(e, "cause", None) or e
             text = f"{type(cause).__name__}: {cause}"
