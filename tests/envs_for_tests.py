@@ -48,6 +48,17 @@ class BadShapeEnv(CounterEnv):
 gym.register("asyncrl-test/BadShape-v0", entry_point=BadShapeEnv, max_episode_steps=3)
 
 
+class UnboundedActionsEnv(CounterEnv):
+    """Box actions with no bounds: clipping is a no-op, tanh squashing has nothing to squash to."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+gym.register("asyncrl-test/Unbounded-v0", entry_point=UnboundedActionsEnv, max_episode_steps=3)
+
+
 # ---------------------------------------------------------------- fault injection
 # CartPole whose copy in a chosen worker misbehaves once, at a chosen step. "Once" is kept in a
 # marker file, so a restarted worker (a new process, too) does not misbehave again; the file

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.cli import main
 
 QUICK = ["--steps", "3000", "--workers", "1", "--backend", "threads", "--no-progress"]
@@ -153,6 +154,7 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
         (["--vtrace", "--n-step", "3"], "--n-step: V-trace has no n-step horizon"),
         (["--vtrace", "--missing", "zero"], "--missing: V-trace always"),
         (["--net", "resnet"], "invalid choice"),
+        (["--env", "asyncrl-test/Unbounded-v0", "--squash"], "bounds are not all finite"),
         (["--max-staleness", "4"], "--max-staleness: applies to --backend ray only"),
         (["--ray-servers", "2"], "--ray-servers: applies to --backend ray only"),
         (["--optimizer", "adam", "--rms-init", "1"], "--rms-init: is RMSProp's"),

@@ -630,6 +630,13 @@ class Config:
             f"{info.env_id} has {info.action.describe()} actions; squashing is for Box actions "
             "(drop --squash)",
         )
+        bounds = (*info.action.low, *info.action.high)
+        _need(
+            not self.squash or all(math.isfinite(b) for b in bounds),
+            "squash",
+            f"{info.env_id}'s action bounds are not all finite; tanh squashes onto finite bounds "
+            "only (drop --squash: actions are then clipped to the bounds)",
+        )
         return self
 
     def to_dict(self) -> dict[str, Any]:

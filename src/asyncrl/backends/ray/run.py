@@ -117,7 +117,9 @@ class RayRun:
         # (or for a CPU) forever; the run starts a fresh actor wherever one fits (restart).
         self.worker_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(WorkerActor)
         self.actors: list[Any] = []
-        self.incarnations = [0] * self.workers
+        # Incarnations name a worker's seeds too (asyncrl.envs.env_seeds): a resumed run counts
+        # from its step count, so that its workers play new games, not the run's opening ones
+        self.incarnations = [state.steps()] * self.workers
         # In flight per worker: a new actor's ping (answered once it is placed and alive), then
         # its loop ("run")
         self.calls: dict[Any, tuple[int, str]] = {}
