@@ -278,6 +278,11 @@ def test_closing_the_evaluator_ends_the_evaluation_under_way():
     ev = evaluation.Evaluator(spec, "a3c", env, {}, episodes=2, deterministic=True, seed=0)
     assert ev.submit(0, 0, 0.0, snap)
     time.sleep(1.0)  # under way by now (it would be ended the same before its first step)
+    # a signal while the trainer waits for it: the wait gives up (a second Ctrl-C would
+    # otherwise be the only way out, and lose the final checkpoint)
+    asked = time.monotonic()
+    assert ev.wait(give_up=lambda: time.monotonic() - asked > 0.5) == []
+    assert time.monotonic() - asked < 5.0 and ev.busy
     ev.close()
     assert ev._thread is not None and not ev._thread.is_alive()
     assert ev.results() == []  # an evaluation that was stopped is no result

@@ -205,6 +205,20 @@ def test_worker_threads_outlive_a_change_of_the_trainers_parent(run_dir, monkeyp
     assert summary["total_steps"] >= 4_000 and summary["ended"] == "budget"
 
 
+def test_a_fault_after_a_signal_is_reported_not_hidden_by_it(tmp_path):
+    """Ctrl-C, then a worker diverges while the others stop: the last good checkpoint is kept
+    (no final one), and the error says so, where "interrupted, checkpoint saved" would not."""
+    from asyncrl.rundir import RunDir
+    from asyncrl.supervisor import Ended, Outcome
+    from asyncrl.trainer import _raise_for
+
+    outcome = Outcome(Ended.DIVERGED, "worker 0 failed: 10 rollouts in a row", signal=2)
+    with pytest.raises(TrainingError, match="the last good checkpoint is kept"):
+        _raise_for(outcome, RunDir(tmp_path), 100)
+    with pytest.raises(Interrupted):  # a signal alone
+        _raise_for(Outcome(Ended.INTERRUPTED, signal=2), RunDir(tmp_path), 100)
+
+
 def test_a_fault_reported_twice_in_one_batch_restarts_the_worker_once(tmp_path):
     """A worker's Failed and the run's Lost for the same incarnation can arrive together: the
     first restarts it, and the second, about the incarnation gone, must not restart the new

@@ -19,6 +19,7 @@ import queue
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -131,11 +132,15 @@ class Evaluator:
         self._pending -= len(out)
         return out
 
-    def wait(self) -> list[Evaluation]:
-        """:meth:`results`, once the evaluation under way (if any) has finished."""
+    def wait(self, give_up: Callable[[], bool] = lambda: False) -> list[Evaluation]:
+        """:meth:`results`, once the evaluation under way (if any) has finished, or as soon as
+        ``give_up()`` (a signal meanwhile: the user wants out)."""
         out = []
-        while self._pending:
-            out.append(self._results.get())
+        while self._pending and not give_up():
+            try:
+                out.append(self._results.get(timeout=0.2))
+            except queue.Empty:
+                continue
             self._pending -= 1
         return out + self.results()
 

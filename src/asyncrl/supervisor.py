@@ -335,15 +335,17 @@ class Supervisor:
         if ev is None:
             return
         ended = self.outcome.ended
-        # after a signal, no waiting for an evaluation under way (an Atari one takes seconds)
-        for result in ev.results() if ended is Ended.INTERRUPTED else ev.wait():
+        # after a signal, no waiting for an evaluation under way (an Atari one takes seconds),
+        # also for a signal that comes while waiting
+        signalled = lambda: self.outcome.signal is not None  # noqa: E731
+        for result in ev.results() if ended is Ended.INTERRUPTED else ev.wait(signalled):
             self.evaluated(result)
         budget = ended in (Ended.BUDGET, Ended.TIME_LIMIT)
         final = budget or (ended is Ended.SOLVED and self.cfg.stop_on == "train")
-        if glob is None or self.evaluator is None or not final:
+        if glob is None or self.evaluator is None or not final or signalled():
             return
         if glob.steps > self.last_eval_step and self.evaluate_now(glob.steps, glob):
-            for result in ev.wait():
+            for result in ev.wait(signalled):
                 self.evaluated(result)
 
     # ------------------------------------------------------------------ checkpoints

@@ -244,12 +244,14 @@ def _summary(
 
 
 def _raise_for(outcome: Outcome, run_dir: RunDir, step: int) -> None:
-    if outcome.signal is not None:
-        raise Interrupted(outcome.signal, run_dir.path, step)
+    # a fault first, also one after a signal (a worker diverging while the others stop): it
+    # decides which checkpoint is kept, and the user must hear of it
     if outcome.error is not None:
         keep = outcome.ended.keeps_last_checkpoint
         where = "the last good checkpoint is kept" if keep else "a checkpoint was written"
         raise TrainingError(f"{outcome.error}; {where} in {run_dir}", outcome.details)
+    if outcome.signal is not None:
+        raise Interrupted(outcome.signal, run_dir.path, step)
 
 
 _SAME_SIGNAL_S = 1.0
