@@ -317,7 +317,7 @@ def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(run_dir, mo
             return (loss * float("nan") if GoesNaN.calls > 300 else loss), stats
 
     monkeypatch.setitem(algos.REGISTRY, "a3c", GoesNaN)
-    with pytest.raises(TrainingError, match="rollouts in a row with non-finite updates") as info:
+    with pytest.raises(TrainingError, match="5 rollouts in a row with a non-finite update") as info:
         asyncrl.train(
             backend="threads",
             workers=1,
