@@ -16,7 +16,7 @@ import asyncrl.trainer as trainer
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.checkpoint import load_checkpoint
 from asyncrl.cli import main
-from asyncrl.errors import Interrupted, TrainingError
+from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.rundir import RunDir
 
 
@@ -359,7 +359,7 @@ def finished_run(tmp_path_factory):
     return run_dir
 
 
-@pytest.mark.parametrize("damage", ["missing", "truncated", "corrupt", "model-shape"])
+@pytest.mark.parametrize("damage", ["missing", "truncated", "corrupt", "model-shape", "best-model"])
 def test_resume_rejects_a_bad_checkpoint_and_changes_nothing(damage, finished_run, capsys):
     ckpt = RunDir(finished_run).checkpoint
     if damage == "missing":
@@ -370,6 +370,9 @@ def test_resume_rejects_a_bad_checkpoint_and_changes_nothing(damage, finished_ru
         blob = bytearray(ckpt.read_bytes())
         blob[-50] ^= 0xFF
         ckpt.write_bytes(bytes(blob))
+    elif damage == "best-model":
+        assert (finished_run / "best_model.pt").is_file()
+        (finished_run / "best_model.pt").write_bytes(b"not a model")
     else:
         cfg = json.loads((finished_run / "config.json").read_text())
         cfg["hidden"] = [32]
@@ -383,6 +386,7 @@ def test_resume_rejects_a_bad_checkpoint_and_changes_nothing(damage, finished_ru
         "truncated": "is truncated",
         "corrupt": "is corrupt",
         "model-shape": "does not fit its config",
+        "best-model": "best_model.pt cannot be read",
     }[damage] in err
     assert snapshot(finished_run) == before
 
@@ -403,6 +407,22 @@ def test_resume_refuses_what_it_would_ignore_and_changes_nothing(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err
     assert snapshot(finished_run) == before and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_run):
+    """The command line cannot unset a saved option: a Ray run's --max-staleness or
+    --ray-servers, which another backend would ignore, go back to their defaults on a resume
+    with --backend threads (given there, they are refused)."""
+    path = finished_run / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg |= {"backend": "ray", "max_staleness": 4, "ray_servers": 2}  # as a Ray run saves them
+    path.write_text(json.dumps(cfg))
+    summary = asyncrl.train(resume=finished_run, backend="threads", steps=3_500, progress=False)
+    assert summary["resumed"] and summary["total_steps"] >= 3_500
+    resumed = json.loads(path.read_text())
+    assert resumed["max_staleness"] is None and resumed["ray_servers"] == 1
+    with pytest.raises(UserError, match="--max-staleness: applies to --backend ray only"):
+        asyncrl.train(resume=finished_run, backend="threads", max_staleness=2, progress=False)
 
 
 def test_observation_that_does_not_match_its_space(run_dir, capsys):

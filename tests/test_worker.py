@@ -316,11 +316,14 @@ def test_a_worker_started_before_a_checkpoint_request_answers_it_however_late_it
         target_period=torch.zeros(1, dtype=torch.int64),
         counters=torch.zeros((3, 1), dtype=torch.int64),
     )
+    state.counters[0, 0] = 5_000  # a resumed run, 5,000 steps in
     run = LocalRun(cfg, info, state, Recorder())  # type: ignore[arg-type]
     run.shared.checkpoint_request[0] = 3  # three checkpoints answered earlier in the run
     run._start(0, None)
     run.shared.checkpoint_request[0] = 4  # asked before the worker got going
     wid, inc, cfg_, info_, shared, wstate = run.backend.args
+    # its incarnation (its seeds) counts from the step count: not the opening's games again
+    assert inc == 5_000 == run.incarnation(0)
     outbox = Outbox()
     store = SharedMemoryStore(cfg_, shared, outbox, wid, inc)
     store.attach(Worker(wid, inc, cfg_, info_, store, wstate))

@@ -631,12 +631,14 @@ class Config:
             f"{info.env_id} has {info.action.describe()} actions; squashing is for Box actions "
             "(drop --squash)",
         )
-        bounds = (*info.action.low, *info.action.high)
+        # (the range in float32, as the env gets the actions: 3.4e38 and more overflows)
+        spans = [h - lo for lo, h in zip(info.action.low, info.action.high, strict=True)]
         _need(
-            not self.squash or all(math.isfinite(b) for b in bounds),
+            not self.squash or all(math.isfinite(d) and d < 3.4e38 for d in spans),
             "squash",
-            f"{info.env_id}'s action bounds are not all finite; tanh squashes onto finite bounds "
-            "only (drop --squash: actions are then clipped to the bounds)",
+            f"{info.env_id}'s action bounds are not all finite (or span more than float32 "
+            "holds); tanh squashes onto finite bounds only (drop --squash: actions are then "
+            "clipped to the bounds)",
         )
         return self
 

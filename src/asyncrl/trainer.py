@@ -92,8 +92,10 @@ def _run(
 ) -> dict[str, Any]:
     """The run itself, on its cluster: the global state, the workers, and what they leave."""
     state = GlobalState.create(cfg, spec, n_workers, algo.uses_target_network)
+    best_on_disk = None
     if ckpt is not None and cfg.run_dir is not None:  # resuming: run_dir is the resumed one
         run_dir = RunDir(Path(cfg.run_dir))
+        best_on_disk = _best_model_evaluation(run_dir)  # before any file of the run changes
         state.restore(ckpt["glob"])
     else:
         run_dir = RunDir.create(cfg.run_dir, cfg.env, cfg.algo)
@@ -105,12 +107,12 @@ def _run(
         frames_per_step=info.frames_per_step,
         state=None if ckpt is None else ckpt["monitor"],
     )
-    if ckpt is not None:
-        # best_model.pt can be newer than the checkpoint (the run crashed or diverged after
-        # it): only a better evaluation replaces it, not one better than the checkpoint's best
-        on_disk = _best_model_evaluation(run_dir)
-        if on_disk is not None and (monitor.best_eval is None or on_disk[0] > monitor.best_eval[0]):
-            monitor.best_eval = on_disk
+    # best_model.pt can be newer than the checkpoint (the run crashed or diverged after it):
+    # only a better evaluation replaces it, not one better than the checkpoint's best
+    if best_on_disk is not None and (
+        monitor.best_eval is None or best_on_disk[0] > monitor.best_eval[0]
+    ):
+        monitor.best_eval = best_on_disk
 
     def write_checkpoint(glob: GlobalSnapshot, workers: dict[int, dict], restarts: int) -> None:
         payload = {"config": cfg.to_dict(), "spec": spec.to_dict(), "glob": glob}
@@ -201,9 +203,29 @@ def _config(
             "--run-dir, or copy the run directory there and resume that"
         )
     saved = Config.from_dict(run_dir.read_config())
-    cfg = dataclasses.replace(saved, **overrides, run_dir=str(run_dir)).validate()
+    cfg = _unused_at_defaults(
+        dataclasses.replace(saved, **overrides, run_dir=str(run_dir)), overrides
+    )
+    cfg = cfg.validate()
     info = probed(info, cfg.env, cfg.env_kwargs_dict)
     return cfg.check_env(info), load_checkpoint(run_dir.path), info
+
+
+def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
+    """A resumed run's saved settings that its config now ignores, back at their defaults: the
+    Ray options of a Ray run resumed on another backend, and what an older version accepted
+    and ignored (--rms-init with Adam, --n-step or --missing zero with --vtrace). The command
+    line cannot unset them, and the run learnt without them; options given now are checked
+    as given (and refused where they would be ignored)."""
+    reset: dict[str, Any] = {}
+    if cfg.backend != "ray":
+        reset |= {"max_staleness": None, "ray_servers": 1, "ray_grad_dtype": "float32"}
+        reset["address"] = None
+    if cfg.optimizer != "rmsprop":
+        reset["rms_init"] = None
+    if cfg.vtrace:
+        reset |= {"n_step": None, "missing": "bootstrap"}
+    return dataclasses.replace(cfg, **{k: v for k, v in reset.items() if k not in given})
 
 
 def _summary(
@@ -317,7 +339,14 @@ def _best_model_evaluation(run_dir: RunDir) -> tuple[float, int, int] | None:
     """The evaluation best_model.pt records (mean, global step, episodes), if there is one."""
     if not run_dir.best_model.is_file():
         return None
-    ev = torch.load(run_dir.best_model, map_location="cpu", weights_only=True).get("evaluation")
+    try:
+        blob = torch.load(run_dir.best_model, map_location="cpu", weights_only=True)
+    except Exception as e:  # written atomically, so damaged from outside
+        raise UserError(
+            f"--resume: {run_dir.best_model} cannot be read ({type(e).__name__}); move it out of "
+            "the run directory to resume (the run then keeps the best of its own evaluations)"
+        ) from None
+    ev = blob.get("evaluation")
     return None if ev is None else (float(ev["mean"]), int(ev["global_step"]), int(ev["episodes"]))
 
 

@@ -293,7 +293,7 @@ class Worker:
         retired meanwhile."""
         cfg, store, algo = self.cfg, self.store, self.algo
         global_step = -1
-        bad: str | None = None  # the last non-finite update's loss and norm
+        bad: str | None = None  # the last non-finite update: its step, loss and norm
         for k, update in enumerate(algo.updates(self.model, ro, self.target_model)):
             if algo.fresh_parameters:  # learn at the global parameters of now (off-policy)
                 version = store.refresh(self.local, self.target_local)
@@ -313,15 +313,16 @@ class Worker:
                 stats["train/clip_fraction"] = float(0 < cfg.max_grad_norm < norm)
                 self.stats.add(stats)
             else:
-                bad = f"loss {float(loss.detach())}, gradient norm {norm}"
-                store.nonfinite(global_step, bad)
+                what = f"loss {float(loss.detach())}, gradient norm {norm}"
+                bad = f"at global step {global_step}: {what}"
+                store.nonfinite(global_step, what)
         # counted by rollout, not by update, so that --max-nonfinite means the same for APPO's
         # 16 minibatches a rollout (one NaN advantage spoils them all) as for A3C's one update
         self.bad_in_a_row = 0 if bad is None else self.bad_in_a_row + 1
         if self.bad_in_a_row >= cfg.max_nonfinite:
             raise Diverged(
-                f"{self.bad_in_a_row} rollouts in a row with a non-finite update, the last at "
-                f"global step {global_step} ({bad}); none of those updates was applied"
+                f"{self.bad_in_a_row} rollouts in a row with a non-finite update (the last {bad}); "
+                "no non-finite update was applied"
             )
         return global_step
 

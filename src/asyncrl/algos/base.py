@@ -176,6 +176,8 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
         else:
             encoder = "minatar" if min(shape[:2] if channels_last else shape[1:]) < 36 else "a3c"
     problem = None if encoder == "mlp" else conv_net_problem(encoder, shape, channels_last)
+    if problem is not None and cfg.net == "auto":  # images too small for even MinAtar's
+        raise UserError(f"--net auto picked {encoder}, but {problem}: use --net mlp")
     if problem is not None:
         raise UserError(
             f"--net {encoder}: {problem}; use --net auto (it picks from the observations)"

@@ -95,9 +95,13 @@ def cluster_for(cfg: Config) -> Iterator[Cluster]:
         with ray_cluster(cfg) as cluster:
             yield cluster
     else:
-        # the cores this process may run on (taskset, a container's cpuset), not the machine's
-        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        yield ThisMachine(len(cores) if cores else os.cpu_count() or 1)
+        yield ThisMachine(usable_cpus())
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (taskset, a container's cpuset), not the machine's."""
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return len(cores) if cores else os.cpu_count() or 1
 
 
 def worker_count(cfg: Config, cluster: Cluster) -> int:

@@ -198,6 +198,10 @@ class LocalRun:
         self.cfg, self.info, self.state, self.backend = cfg, info, state, backend
         self.workers = state.counters.shape[1]
         self.shared = SharedMemory.create(state, self.workers)
+        # Incarnations name a worker's seeds (asyncrl.envs.env_seeds): a resumed run counts from
+        # its step count, so that a worker resumed without its state (another worker count) or
+        # restarted plays new games, not those of the run's opening and first restarts
+        self.shared.incarnation.fill_(state.steps())
         self.retired: set[int] = set()
         self.finished: set[int] = set()  # workers whose current incarnation sent Done
         self.next_check = time.monotonic()

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from asyncrl.backends import usable_cpus
 from asyncrl.config import Config
 from asyncrl.errors import UserError
 
@@ -96,7 +97,7 @@ def start_ray(cfg: Config) -> None:
             # "local": a cluster of our own even where another runs on this machine (without it
             # ray.init joins the latest one started here, or fails on a stale record of it)
             address="local",
-            num_cpus=os.cpu_count(),
+            num_cpus=usable_cpus(),
             _node_ip_address="127.0.0.1",
             _system_config={"max_direct_call_object_size": 1 << 20},
             **kwargs,
