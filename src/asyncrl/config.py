@@ -440,26 +440,8 @@ class Config:
             "ray-pipeline",
             f"must be 0 or 1, got {self.ray_pipeline}",
         )
-        _need(
-            self.ray_grad_dtype == "float32" or self.backend == "ray",
-            "ray-grad-dtype",
-            "applies to --backend ray only (other backends share parameters in memory)",
-        )
-        _need(
-            self.address is None or self.backend == "ray",
-            "address",
-            "joining a cluster needs --backend ray",
-        )
-        _need(
-            self.max_staleness is None or self.backend == "ray",
-            "max-staleness",
-            "applies to --backend ray only (shared memory has no stale gradients to drop)",
-        )
-        _need(
-            self.ray_servers == 1 or self.backend == "ray",
-            "ray-servers",
-            "applies to --backend ray only (other backends share parameters in memory)",
-        )
+        for name, (default, why) in RAY_ONLY.items():
+            _need(getattr(self, name) == default or self.backend == "ray", _flag(name), why)
 
     def _check_targets(self) -> None:
         """The rollout and the targets learnt from it (every algorithm)."""
@@ -656,6 +638,22 @@ class Config:
             if d.get(name) is not None:
                 d[name] = tuple(d[name])
         return cls(**d)
+
+
+#: the options only --backend ray reads: their defaults, and why another backend refuses them
+#: (a resumed run's saved ones go back to these instead: asyncrl.trainer)
+RAY_ONLY: dict[str, tuple[Any, str]] = {
+    "ray_grad_dtype": (
+        "float32",
+        "applies to --backend ray only (other backends share parameters in memory)",
+    ),
+    "address": (None, "joining a cluster needs --backend ray"),
+    "max_staleness": (
+        None,
+        "applies to --backend ray only (shared memory has no stale gradients to drop)",
+    ),
+    "ray_servers": (1, "applies to --backend ray only (other backends share parameters in memory)"),
+}
 
 
 def _need(ok: bool, flag: str, what: str) -> None:

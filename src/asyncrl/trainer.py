@@ -21,7 +21,7 @@ import torch
 from asyncrl.algos import Algorithm, make_algorithm
 from asyncrl.backends import cluster_for, make_run, worker_count
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
-from asyncrl.config import Config, preset
+from asyncrl.config import RAY_ONLY, Config, preset
 from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.evaluation import Evaluation, Evaluator
@@ -219,8 +219,7 @@ def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
     as given (and refused where they would be ignored)."""
     reset: dict[str, Any] = {}
     if cfg.backend != "ray":
-        reset |= {"max_staleness": None, "ray_servers": 1, "ray_grad_dtype": "float32"}
-        reset["address"] = None
+        reset |= {name: default for name, (default, _) in RAY_ONLY.items()}
     if cfg.optimizer != "rmsprop":
         reset["rms_init"] = None
     if cfg.vtrace:
