@@ -196,14 +196,15 @@ def test_a_recurrent_agent_remembers_what_an_mlp_cannot_see(core, run_dir, seed)
 def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     """Box actions: APPO with the control preset (picked from the env) takes Pendulum-v1 from
     random play (about -1,200) towards -200. What holds on every seed is asserted, not a solve:
-    measured on seeds 0-5 with 2 workers, 300k steps (2026-11-24), the best evaluation was
-    -248 to -175 (2 of 6 confirmed at -200) and the kept model scored -548 to -176 over 20 new
-    episodes. (A3C's fixed one-worker seed this test used before reached -200 on 1 seed in 3:
-    a coin toss on another machine.)"""
+    a run's greedy evaluations go up and down by 100 or more between evaluations (a seed that
+    reached -242 fell to -512 by 300k steps), so the budget is the preset's own scale (500k;
+    at 300k the CI machine's seed 0 peaked at -310). Measured on seeds 0-5 with 2 workers, 500k
+    steps (2026-11-26): the best evaluation was -263 to -173 (4 of 6 confirmed at -200 over 100
+    episodes) and the kept model scored -258 to -184 over 20 new episodes."""
     summary = asyncrl.train(
-        env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=300_000,
+        env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=500_000,
         target_return=-200.0, run_dir=str(run_dir), progress=False,
     )  # fmt: skip
     assert summary["best_eval_return"] >= -300, summary
     returns = asyncrl.evaluate(run_dir, episodes=20, seed=10**6)  # the Gaussian's mean
-    assert sum(returns) / len(returns) >= -600, returns
+    assert sum(returns) / len(returns) >= -400, returns
