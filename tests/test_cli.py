@@ -158,6 +158,8 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
         (["--max-staleness", "4"], "--max-staleness: applies to --backend ray only"),
         (["--ray-servers", "2"], "--ray-servers: applies to --backend ray only"),
         (["--optimizer", "adam", "--rms-init", "1"], "--rms-init: is RMSProp's"),
+        (["--lstm-size", "64"], "--lstm-size: sizes a recurrent core and this network has none"),
+        (["--core", "lstm", "--no-shared-trunk"], "--no-shared-trunk: the LSTM core is shared"),
         (["--net", "a3c"], "--net a3c: a conv net reads images, and these observations"),
         (
             ["--env", "MinAtar/Breakout-v1", "--net", "nature"],

@@ -425,6 +425,18 @@ def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_r
         asyncrl.train(resume=finished_run, backend="threads", max_staleness=2, progress=False)
 
 
+def test_a_resume_drops_a_saved_option_an_older_version_accepted_and_ignored(finished_run):
+    """--lstm-size without a core was accepted and unused: a run saved so resumes (its network
+    has no core to size), and the option goes back to its default; given now, it is refused."""
+    run = finished_run
+    path = run / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"lstm_size": 64}))
+    summary = asyncrl.train(resume=run, steps=3_500, progress=False)
+    assert summary["resumed"] and json.loads(path.read_text())["lstm_size"] is None
+    with pytest.raises(UserError, match="--lstm-size: sizes a recurrent core"):
+        asyncrl.train(resume=run, lstm_size=32, steps=4_000, progress=False)
+
+
 def test_observation_that_does_not_match_its_space(run_dir, capsys):
     assert main(["train", "--env", "asyncrl-test/BadShape-v0", "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err

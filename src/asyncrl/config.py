@@ -581,6 +581,20 @@ class Config:
             "lstm-size",
             f"must be >= 1, got {self.lstm_size}",
         )
+        _need(
+            self.lstm_size is None or self.core != "none",
+            "lstm-size",
+            "sizes a recurrent core and this network has none: add --core lstm (or gru), or "
+            "drop --lstm-size",
+        )
+        # a recurrent core carries one state for actor and critic (the paper's LSTM agent):
+        # separate networks would need two
+        _need(
+            self.shared_trunk is not False or self.core == "none",
+            "no-shared-trunk",
+            f"the {self.core.upper()} core is shared by actor and critic (one recurrent state "
+            "for both): drop --no-shared-trunk, or --core",
+        )
 
     def _check_continuous(self) -> None:
         """Observation normalisation and the Gaussian policy of Box actions (its initial

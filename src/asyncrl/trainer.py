@@ -214,9 +214,10 @@ def _config(
 def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
     """A resumed run's saved settings that its config now ignores, back at their defaults: the
     Ray options of a Ray run resumed on another backend, and what an older version accepted
-    and ignored (--rms-init with Adam, --n-step or --missing zero with --vtrace). The command
-    line cannot unset them, and the run learnt without them; options given now are checked
-    as given (and refused where they would be ignored)."""
+    and ignored (--rms-init with Adam, --n-step or --missing zero with --vtrace, --lstm-size
+    without a core, --no-shared-trunk with one). The command line cannot unset them, and the
+    run learnt without them; options given now are checked as given (and refused where they
+    would be ignored)."""
     reset: dict[str, Any] = {}
     if cfg.backend != "ray":
         reset |= {name: default for name, (default, _) in RAY_ONLY.items()}
@@ -224,6 +225,10 @@ def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
         reset["rms_init"] = None
     if cfg.vtrace:
         reset |= {"n_step": None, "missing": "bootstrap"}
+    if cfg.core == "none":
+        reset["lstm_size"] = None
+    elif cfg.shared_trunk is False:
+        reset["shared_trunk"] = None
     return dataclasses.replace(cfg, **{k: v for k, v in reset.items() if k not in given})
 
 
