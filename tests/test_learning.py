@@ -199,8 +199,8 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     a run's greedy evaluations go up and down by 100 or more between evaluations (a seed that
     reached -242 fell to -512 by 300k steps), so the budget is the preset's own scale (500k;
     at 300k the CI machine's seed 0 peaked at -310). Measured on seeds 0-5 with 2 workers, 500k
-    steps (2026-11-26): the best evaluation was -263 to -173 (4 of 6 confirmed at -200 over 100
-    episodes) and the kept model scored -258 to -184 over 20 new episodes."""
+    steps (2026-11-26): the best evaluation was -263 to -173 (1 of 6 solved: confirmed at -200
+    over 100 episodes) and the kept model scored -258 to -184 over 20 new episodes."""
     summary = asyncrl.train(
         env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=500_000,
         target_return=-200.0, run_dir=str(run_dir), progress=False,
