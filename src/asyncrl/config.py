@@ -186,7 +186,7 @@ class Config:
     """hidden layer sizes of the MLP (default: 64 64 for A3C, 128 128 for the Q methods)"""
     shared_trunk: bool | None = None
     """A3C: actor and critic share the encoder (the paper) or are separate networks (default:
-    shared for images, separate for vectors)"""
+    shared for images and with a recurrent core, separate otherwise)"""
     normalize_obs: bool = False
     """normalise vector observations by a running mean and variance shared by all workers,
     saved with the model and applied (frozen) at evaluation"""
