@@ -247,8 +247,8 @@ class Config:
     max_worker_restarts: int = 10
     """restarts of failed or hung workers allowed in the whole run before it stops"""
     worker_timeout: float = 60.0
-    """seconds without an update after which a worker counts as hung and is restarted (threads
-    and processes; a Ray worker actor is not watched for hangs)"""
+    """seconds without an update after which a worker counts as hung and is restarted (on Ray:
+    seconds without a call of its reaching the parameter server)"""
     max_nonfinite: int = 10
     """rollouts in a row with a non-finite loss or gradient (none is ever applied) before the run
     stops"""

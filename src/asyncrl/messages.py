@@ -92,6 +92,11 @@ class Lost:
     incarnation: int  # the one found lost: a later one (restarted meanwhile) is not
     why: str
 
+    @classmethod
+    def hung(cls, worker: int, incarnation: int, timeout: float) -> Lost:
+        """Alive but silent for ``--worker-timeout`` seconds (every backend says it alike)."""
+        return cls(worker, incarnation, f"sent no update for {timeout:g} s (hung)")
+
 
 @dataclass(frozen=True)
 class Done:

@@ -88,8 +88,12 @@ def test_the_server_records_staleness_and_drops_gradients_past_the_bound():
     assert stats["dropped"] == 1 and server.snapshot().counters[2].sum() == 1
     assert stats["version"] == 2 and server.steps == 32  # every step counts, applied or not
     assert "median 1" in ray_backend.staleness_line(stats["lags"], stats["dropped"])
-    stream, steps = server.drain()
+    stream, steps, heard = server.drain()
     assert steps == 32 and stream[-1].stats == {"train/policy_lag": (3.0, 3)}
+    # who called since the last drain: what the run's watch for hung workers reads
+    assert heard == {0, 1}
+    server.push(grad, version=2, n_steps=8, worker=1)
+    assert server.drain()[2] == {1} and server.drain()[2] == set()
 
 
 @pytest.mark.slow
@@ -121,26 +125,35 @@ def test_a3c_on_a_two_node_cluster_reaches_475(cluster, run_dir, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["kill", "raise"])
-def test_a_failed_worker_actor_is_restarted_and_the_run_finishes(cluster, run_dir, fault, seed):
-    """kill: the actor's process is SIGKILLed; raise: its env raises in step. Either way the
-    actor is restarted once and the run still confirms 475; measured (2026-11-24) on seeds 1-5
-    too (ASYNCRL_TEST_SEED=S)."""
+@pytest.mark.parametrize("fault", ["kill", "raise", "hang"])
+def test_a_failed_worker_actor_is_restarted_and_the_run_finishes(
+    cluster, run_dir, fault, seed, capfd
+):
+    """kill: the actor's process is SIGKILLed; raise: its env raises in step; hang: its env
+    sleeps for an hour in step, and its calls stop reaching the server. Each way the actor is
+    replaced once and the run still confirms 475; kill and raise measured (2026-11-24) on seeds
+    1-5 too (ASYNCRL_TEST_SEED=S)."""
     env = f"tests.envs_for_tests:asyncrl-test/CartPole-{fault}-v0"
     summary = asyncrl.train(
         backend="ray",
         address=cluster.address,
-        workers=2,
+        # a hung worker is found after --worker-timeout; with a second one the run could reach
+        # its target first (as on the processes backend): alone, it gets nowhere until replaced
+        workers=1 if fault == "hang" else 2,
         seed=seed + 1,
         env=env,
         # as generous as the two-node test's: a solve needs an evaluation confirmed over 100
         # episodes, and one CI run of "kill" was at a best of 281 (not confirmed) by 1M
         steps=2_000_000,
+        worker_timeout=5.0,
         run_dir=str(run_dir),
         progress=False,
     )
-    assert summary["worker_restarts"] == 1
+    err = capfd.readouterr().err
+    assert summary["worker_restarts"] == 1, err
     assert summary["solved"], summary
+    if fault == "hang":
+        assert "worker 0" in err and "sent no update for 5 s (hung)" in err, err
 
 
 @pytest.mark.slow
@@ -810,7 +823,8 @@ def test_a_non_finite_update_on_ray_reaches_the_log_through_the_server(monkeypat
     step = store.push(None, 5, store.version)
     store.nonfinite(step, "loss nan, gradient norm nan")
     store.pull(local, None)
-    stream, steps = server.drain()
+    stream, steps, heard = server.drain()
+    assert heard == {4}
     assert NonFinite(4, 5, "loss nan, gradient norm nan") in stream
     assert steps == 5 and server.nonfinite == 1 and server.version == 0
 

@@ -243,8 +243,7 @@ class LocalRun:
                 how = f" (exit code {code})" if code is not None else ""
                 out.append(Lost(wid, self.incarnation(wid), f"died without a report{how}"))
             elif now - float(self.shared.heartbeat[wid]) > self.cfg.worker_timeout:
-                why = f"sent no update for {self.cfg.worker_timeout:g} s (hung)"
-                out.append(Lost(wid, self.incarnation(wid), why))
+                out.append(Lost.hung(wid, self.incarnation(wid), self.cfg.worker_timeout))
         return out
 
     def drain(self, seconds: float = 0.5) -> list[Message]:

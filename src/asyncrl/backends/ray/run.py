@@ -7,9 +7,11 @@ within a poll (0.1 s) with the error line and the last checkpoint kept. A worker
 (its process, or its whole node) is not restarted by Ray, which would wait forever for a node
 that is gone: the run starts a fresh actor for it wherever a CPU is free, and one that cannot
 be placed yet waits without holding up the others, starts when a CPU frees or a node joins, and
-is dropped when the run ends. ``summary.json`` counts ``workers_lost``, ``nodes`` (that ran a
-worker) and ``nodes_lost``. Checkpoints hold the server's global state; workers resume with
-fresh env state.
+is dropped when the run ends. One whose loop runs but whose calls stop reaching the server for
+``--worker-timeout`` seconds (hung: alive, sending nothing) is killed and replaced the same
+way; the server says which workers called since the last drain, so the clock is the driver's.
+``summary.json`` counts ``workers_lost``, ``nodes`` (that ran a worker) and ``nodes_lost``.
+Checkpoints hold the server's global state; workers resume with fresh env state.
 """
 
 from __future__ import annotations
@@ -124,6 +126,9 @@ class RayRun:
         # its loop ("run")
         self.calls: dict[Any, tuple[int, str]] = {}
         self.pending_since: dict[int, float] = {}  # workers whose actor awaits a CPU
+        # workers whose loop runs: when a call of theirs last reached the server (or the loop
+        # started), by this process's clock
+        self.heard_at: dict[int, float] = {}
         self.noticed: set[int] = set()
         self.stopped_at: float | None = None
         self.nodes: set[str] = set()  # nodes that ran a worker
@@ -165,8 +170,25 @@ class RayRun:
         # The server after the workers: a loop's last call completes before the loop returns,
         # so its episodes are in this drain; and if the server is dead this raises, before the
         # workers' failures that follow from it could count as worker faults.
-        stream, self.steps = self._server(self.server.drain.remote())
+        stream, self.steps, heard = self._server(self.server.drain.remote())
+        msgs.extend(self._hung(heard))
         return [*stream, *msgs]
+
+    def _hung(self, heard: set[int]) -> list[Message]:
+        """Workers whose loop runs and whose calls have not reached the server for
+        ``--worker-timeout`` seconds, each said once (the supervisor replaces or retires them).
+        Not after the stop: a loop then ends on its own or is dropped (``STOP_GRACE_S``)."""
+        now = time.monotonic()
+        for w in heard & self.heard_at.keys():
+            self.heard_at[w] = now
+        if self.stopped_at is not None:
+            return []
+        out: list[Message] = []
+        for w, at in list(self.heard_at.items()):
+            if now - at > self.cfg.worker_timeout:
+                del self.heard_at[w]
+                out.append(Lost.hung(w, self.incarnations[w], self.cfg.worker_timeout))
+        return out
 
     def _pending(self) -> list[Message]:
         """Actors still waiting for a CPU: said once in the log; dropped (their worker done)
@@ -197,6 +219,7 @@ class RayRun:
     def _returned(self, ref: Any) -> list[Message]:
         w, kind = self.calls.pop(ref)
         inc = self.incarnations[w]
+        self.heard_at.pop(w, None)  # its loop, if it ran, has ended
         try:
             node = ray.get(ref)
         except ray.exceptions.RayActorError as e:  # the actor's process or node is gone
@@ -212,6 +235,7 @@ class RayRun:
         if kind == "ping":  # placed and alive: its loop starts
             self.pending_since.pop(w, None)
             self.calls[self.actors[w].run.remote(inc)] = (w, "run")
+            self.heard_at[w] = time.monotonic()
             return []
         return [Done(w, inc, None)]
 
@@ -231,6 +255,7 @@ class RayRun:
             if w == wid:
                 del self.calls[ref]
         self.pending_since.pop(wid, None)
+        self.heard_at.pop(wid, None)
         with contextlib.suppress(Exception):  # already gone, perhaps with its node
             ray.kill(self.actors[wid], no_restart=True)
 

@@ -62,6 +62,8 @@ class ParameterServer:
         self.lag_sum, self.lag_count = 0, 0  # since the last drain: the policy lag statistic
         self.dropped = 0
         self.stop = False
+        # workers whose calls arrived since the last drain: the run's watch for hung workers
+        self.heard: set[int] = set()
         # The server's load, for the summary: arrays in and out (what crosses the object store)
         # and the CPU time of this actor's process, Ray's own threads (deserialising, replying)
         # included, against wall time since it started
@@ -92,6 +94,7 @@ class ParameterServer:
         """Count ``n_steps``; apply ``grad`` (None: non-finite, counted) unless it is more than
         ``--max-staleness`` versions behind, or unless ``admitted`` (the first server's
         decision, taken as it is) says no. Returns the step count."""
+        self.heard.add(worker)
         self._push(grad, version, n_steps, admitted)
         return self.steps
 
@@ -172,6 +175,7 @@ class ParameterServer:
         obs_stats: np.ndarray | None,
         admitted: list[bool] | None,
     ) -> list[bool]:
+        self.heard.add(worker)
         self.bytes_in += sum(a.nbytes for a in (grads, obs_stats) if a is not None)
         if obs_stats is not None and self.state.obs_stats is not None:
             merge_obs_stats(self.state.obs_stats, torch.from_numpy(obs_stats))
@@ -187,14 +191,16 @@ class ParameterServer:
             self.stream.append(msg)
         return applied
 
-    def drain(self) -> tuple[list[Message], int]:
-        """The messages since the last drain (the policy lag's mean among them) and the step."""
+    def drain(self) -> tuple[list[Message], int, set[int]]:
+        """The messages since the last drain (the policy lag's mean among them), the step,
+        and the workers whose calls arrived since then."""
         out, self.stream = self.stream, []
         if self.lag_count:
             lag = {"train/policy_lag": (float(self.lag_sum), self.lag_count)}
             out.append(Episodes(-1, [], self.steps, lag))
             self.lag_sum, self.lag_count = 0, 0
-        return out, self.steps
+        heard, self.heard = self.heard, set()
+        return out, self.steps, heard
 
     def set_stop(self) -> None:
         self.stop = True
