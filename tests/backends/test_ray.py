@@ -132,7 +132,7 @@ def test_a_failed_worker_actor_is_restarted_and_the_run_finishes(
     """kill: the actor's process is SIGKILLed; raise: its env raises in step; hang: its env
     sleeps for an hour in step, and its calls stop reaching the server. Each way the actor is
     replaced once and the run still confirms 475; kill and raise measured (2026-11-24) on seeds
-    1-5 too, hang (2026-11-26) on seeds 1-3 (ASYNCRL_TEST_SEED=S)."""
+    1-5 too, hang (2026-11-26) on seeds 1-5 (ASYNCRL_TEST_SEED=S)."""
     env = f"tests.envs_for_tests:asyncrl-test/CartPole-{fault}-v0"
     summary = asyncrl.train(
         backend="ray",
