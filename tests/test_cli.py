@@ -166,6 +166,12 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
             "need larger images than (10, 10, 4)",
         ),
         (["--eps-probs", "0.5", "0.6", "0.1"], "--eps-probs: give one probability"),
+        # an option of another algorithm, which it would ignore
+        (["--epochs", "2"], "--epochs: a3c does not read it (it applies to appo): drop"),
+        (["--algo", "nstep-q", "--gae-lambda", "0.9"], "--gae-lambda: nstep-q does not read"),
+        (["--algo", "onestep-q", "--entropy-coef", "0"], "--entropy-coef: onestep-q does not"),
+        (["--algo", "appo", "--target-update", "500"], "--target-update: appo does not read"),
+        (["--algo", "nstep-q", "--async-update", "2"], "--async-update: nstep-q does not read"),
         (["--target-update", "0"], "--target-update: must be >= 1"),
         (["--workers", "0"], "--workers: must be >= 1"),
         (["--gamma", "0"], "--gamma: must be in (0, 1]"),

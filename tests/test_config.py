@@ -8,7 +8,7 @@ import torch
 
 from asyncrl.algos import make_algorithm
 from asyncrl.cli import main
-from asyncrl.config import Config, _numeric_fields, auto_preset, preset
+from asyncrl.config import Q_METHODS, Config, _numeric_fields, auto_preset, preset
 from asyncrl.envs import probe_env
 from asyncrl.errors import UserError
 from asyncrl.models import build_model
@@ -62,13 +62,25 @@ def test_the_paper_preset_counts_the_papers_frames_on_atari():
     """The paper refreshes theta^- every 40,000 frames and anneals epsilon over 4M frames;
     Atari repeats each action for 4 frames, so those are 10,000 and 1M agent steps."""
     pytest.importorskip("ale_py")
-    pong = preset("paper", env="PongNoFrameskip-v4")
+    pong = preset("paper", env="PongNoFrameskip-v4", algo="nstep-q")
     assert (pong.target_update, pong.eps_anneal_steps) == (10_000, 1_000_000)
     assert type(pong.target_update) is int and type(pong.eps_anneal_steps) is int
-    cartpole = preset("paper", env="CartPole-v1")  # a step is a frame
+    cartpole = preset("paper", env="CartPole-v1", algo="onestep-q")  # a step is a frame
     assert (cartpole.target_update, cartpole.eps_anneal_steps) == (40_000, 4_000_000)
     # a count the user gives is in agent steps, as the option says
-    assert preset("paper", env="PongNoFrameskip-v4", target_update=500).target_update == 500
+    q = preset("paper", env="PongNoFrameskip-v4", algo="nstep-q", target_update=500)
+    assert q.target_update == 500
+
+
+@pytest.mark.parametrize("algo", ["a3c", "appo", "nstep-q", "onestep-sarsa"])
+def test_a_preset_sets_only_what_the_algorithm_reads(algo):
+    """The atari preset holds settings for every learner (A3C's loss weights, the Q methods'
+    target period and epsilons); each algorithm gets its own and the others stay at their
+    defaults, so the config a run saves claims nothing it ignored, and validates."""
+    cfg = preset("atari", env="PongNoFrameskip-v4", algo=algo).validate()
+    q = algo in Q_METHODS
+    assert (cfg.target_update == 10_000) is q and (cfg.eps_anneal_steps == 1_000_000) is q
+    assert (cfg.value_coef == 0.25) is (not q)
 
 
 def test_appo_puts_ppos_setting_over_the_envs_preset():

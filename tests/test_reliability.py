@@ -3,6 +3,7 @@ seeds and generous budgets. The faulty envs live in tests/envs_for_tests.py."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import asyncrl.trainer as trainer
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.checkpoint import load_checkpoint
 from asyncrl.cli import main
+from asyncrl.config import field_default
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.rundir import RunDir
 
@@ -425,16 +427,29 @@ def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_r
         asyncrl.train(resume=finished_run, backend="threads", max_staleness=2, progress=False)
 
 
-def test_a_resume_drops_a_saved_option_an_older_version_accepted_and_ignored(finished_run):
-    """--lstm-size without a core was accepted and unused: a run saved so resumes (its network
-    has no core to size), and the option goes back to its default; given now, it is refused."""
+@pytest.mark.parametrize(
+    ("saved", "given", "needle"),
+    [
+        ({"lstm_size": 64}, {"lstm_size": 32}, "--lstm-size: sizes a recurrent core"),
+        # the atari preset's Q schedule, saved with an A3C run before presets left it out
+        ({"target_update": 10_000}, {"target_update": 500}, "--target-update: a3c does not"),
+        ({"epochs": 2}, {"epochs": 3}, "--epochs: a3c does not read it (it applies to appo)"),
+    ],
+)
+def test_a_resume_drops_a_saved_option_an_older_version_accepted_and_ignored(
+    saved, given, needle, finished_run
+):
+    """--lstm-size without a core, or an option of another algorithm, was accepted and unused: a
+    run saved so resumes (it learnt without it), and the option goes back to its default; given
+    now, it is refused."""
     run = finished_run
     path = run / "config.json"
-    path.write_text(json.dumps(json.loads(path.read_text()) | {"lstm_size": 64}))
+    path.write_text(json.dumps(json.loads(path.read_text()) | saved))
     summary = asyncrl.train(resume=run, steps=3_500, progress=False)
-    assert summary["resumed"] and json.loads(path.read_text())["lstm_size"] is None
-    with pytest.raises(UserError, match="--lstm-size: sizes a recurrent core"):
-        asyncrl.train(resume=run, lstm_size=32, steps=4_000, progress=False)
+    (name,) = saved
+    assert summary["resumed"] and json.loads(path.read_text())[name] == field_default(name)
+    with pytest.raises(UserError, match=re.escape(needle)):
+        asyncrl.train(resume=run, **given, steps=4_000, progress=False)
 
 
 def test_observation_that_does_not_match_its_space(run_dir, capsys):

@@ -327,6 +327,7 @@ class Config:
         self._check_q_methods()
         self._check_network()
         self._check_continuous()
+        self._check_algorithm_options()
         return self
 
     def _check_values(self) -> None:
@@ -596,6 +597,21 @@ class Config:
             "for both): drop --no-shared-trunk, or --core",
         )
 
+    def _check_algorithm_options(self) -> None:
+        """No option the algorithm would ignore: --epochs with A3C, --gae-lambda with a Q
+        method, --target-update with A3C or APPO left a run that did not do what its command
+        said, and its config.json claimed the option (after the range checks, so that a value
+        out of range is reported as that)."""
+        for name, algos in ALGO_ONLY.items():
+            if self.algo in algos or getattr(self, name) == field_default(name):
+                continue
+            _need(
+                False,
+                _flag(name),
+                f"{self.algo} does not read it (it applies to {' and '.join(algos)}): drop "
+                f"--{_flag(name)}",
+            )
+
     def _check_continuous(self) -> None:
         """Observation normalisation and the Gaussian policy of Box actions (its initial
         log-std needs no range beyond being finite, which :meth:`_check_values` sees to)."""
@@ -668,6 +684,36 @@ RAY_ONLY: dict[str, tuple[Any, str]] = {
     ),
     "ray_servers": (1, "applies to --backend ray only (other backends share parameters in memory)"),
 }
+
+
+POLICY_GRADIENT = ("a3c", "appo")
+Q_METHODS = ("nstep-q", "onestep-q", "onestep-sarsa")
+#: the options only some algorithms read, and those algorithms: a preset's value for another
+#: algorithm is left out (the atari preset's Q schedule under APPO: :func:`preset`), one given
+#: for another is refused (:meth:`Config.validate`), and a resumed run's saved one goes back to
+#: its default (what an older version accepted and ignored: asyncrl.trainer)
+ALGO_ONLY: dict[str, tuple[str, ...]] = {
+    "gae_lambda": POLICY_GRADIENT,
+    "normalize_advantage": POLICY_GRADIENT,
+    "entropy_coef": POLICY_GRADIENT,
+    "value_coef": POLICY_GRADIENT,
+    "epochs": ("appo",),
+    "minibatches": ("appo",),
+    "clip": ("appo",),
+    "value_clip": ("appo",),
+    "target_update": Q_METHODS,
+    "eps_start": Q_METHODS,
+    "eps_finals": Q_METHODS,
+    "eps_probs": Q_METHODS,
+    "eps_anneal_steps": Q_METHODS,
+    # the one-step methods' gradient accumulation; n-step Q applies one per rollout
+    "async_update": ("onestep-q", "onestep-sarsa"),
+}
+
+
+def field_default(name: str) -> Any:
+    """The default of the :class:`Config` field ``name``."""
+    return Config.__dataclass_fields__[name].default
 
 
 def _need(ok: bool, flag: str, what: str) -> None:
@@ -924,8 +970,10 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
     if name not in _PRESETS:
         raise UserError(f"--preset: unknown preset {name!r}, choose one of {', '.join(_PRESETS)}")
     values = dict(_PRESETS[name])
-    if overrides.get("algo", values.get("algo", Config.algo)) == "appo":
+    algo = overrides.get("algo", values.get("algo", Config.algo))
+    if algo == "appo":
         values |= _APPO | _APPO_BY_PRESET.get(name, {})
+    values = {k: v for k, v in values.items() if algo in ALGO_ONLY.get(k, (algo,))}
     return Config(**{**values, **overrides})
 
 

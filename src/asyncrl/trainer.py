@@ -21,7 +21,7 @@ import torch
 from asyncrl.algos import Algorithm, make_algorithm
 from asyncrl.backends import cluster_for, make_run, worker_count
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
-from asyncrl.config import RAY_ONLY, Config, preset
+from asyncrl.config import ALGO_ONLY, RAY_ONLY, Config, field_default, preset
 from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.evaluation import Evaluation, Evaluator
@@ -214,13 +214,14 @@ def _config(
 def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
     """A resumed run's saved settings that its config now ignores, back at their defaults: the
     Ray options of a Ray run resumed on another backend, and what an older version accepted
-    and ignored (--rms-init with Adam, --n-step or --missing zero with --vtrace, --lstm-size
-    without a core, --no-shared-trunk with one). The command line cannot unset them, and the
-    run learnt without them; options given now are checked as given (and refused where they
-    would be ignored)."""
+    and ignored (an option of another algorithm, --rms-init with Adam, --n-step or --missing
+    zero with --vtrace, --lstm-size without a core, --no-shared-trunk with one). The command
+    line cannot unset them, and the run learnt without them; options given now are checked as
+    given (and refused where they would be ignored)."""
     reset: dict[str, Any] = {}
     if cfg.backend != "ray":
         reset |= {name: default for name, (default, _) in RAY_ONLY.items()}
+    reset |= {n: field_default(n) for n, algos in ALGO_ONLY.items() if cfg.algo not in algos}
     if cfg.optimizer != "rmsprop":
         reset["rms_init"] = None
     if cfg.vtrace:
