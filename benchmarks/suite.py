@@ -281,10 +281,6 @@ SUITES: dict[str, list[Task]] = {
         # what `asyncrl train --env PongNoFrameskip-v4` picks on the machine it runs on (the
         # report gives each run's CPU: its bfloat16 units decide --precision auto)
         pong30("defaults"),
-        # the entropy bonus at a tenth of PPO's 0.01: the stochastic policy's training games
-        # lag the greedy policy's by several points on the climb from 0 to 18 (issue #28's
-        # "entropy schedule"; a constant is its simplest point)
-        pong30("entropy-0.001", "--entropy-coef", "0.001"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],

@@ -177,9 +177,9 @@ class Config:
     eps: float = 1e-5
     """optimizer epsilon; RMSProp puts it inside the square root as the paper does (paper: 0.1)"""
     entropy_coef: float = 0.01
-    """A3C: weight beta of the entropy bonus, which rewards entropy (paper: 0.01)"""
+    """A3C, APPO: weight beta of the entropy bonus, which rewards entropy (paper: 0.01)"""
     value_coef: float = 0.5
-    """A3C: weight of the value loss (R - V)^2"""
+    """A3C, APPO: weight of the value loss (R - V)^2"""
     max_grad_norm: float = 40.0
     """clip each update's gradient to this global norm; 0 disables (paper: 40)"""
     hidden: tuple[int, ...] | None = None
