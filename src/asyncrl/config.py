@@ -603,12 +603,10 @@ class Config:
         said, and its config.json claimed the option (after the range checks, so that a value
         out of range is reported as that)."""
         for name, algos in ALGO_ONLY.items():
-            if self.algo in algos or getattr(self, name) == field_default(name):
-                continue
             _need(
-                False,
+                self.algo in algos or getattr(self, name) == field_default(name),
                 _flag(name),
-                f"{self.algo} does not read it (it applies to {' and '.join(algos)}): drop "
+                f"{self.algo} does not read it (it applies to {', '.join(algos)}): drop "
                 f"--{_flag(name)}",
             )
 
