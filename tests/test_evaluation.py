@@ -430,3 +430,45 @@ def test_a_failing_evaluation_is_one_line_and_the_run_goes_on(run_dir, monkeypat
     err = capsys.readouterr().err
     assert "evaluation 0 failed (no display here); the run goes on without evaluations" in err
     assert rows(run_dir) == [] and not (run_dir / "best_model.pt").exists()
+
+
+def test_a_wave_steps_only_the_envs_still_in_their_episode():
+    """Separate envs (Atari's evaluation envs are): an ended episode's env is not stepped on
+    while the wave's longest episode goes on (a Pong wave can last 108,000 frames for one
+    stalled game). The returns are each seed's episode played alone, waves and all."""
+    import gymnasium as gym
+
+    from asyncrl.algos import make_algorithm
+    from asyncrl.config import preset
+    from asyncrl.envs import probe_env
+    from asyncrl.models import build_model
+    from asyncrl.policy import Policy, play_episodes
+
+    class Counted(gym.Wrapper):
+        steps = 0
+
+        def step(self, action):
+            Counted.steps += 1
+            return super().step(action)
+
+    cfg = preset(None, env="CartPole-v1", seed=0).validate()
+    spec = make_algorithm(cfg, probe_env(cfg.env)).model_spec()
+    torch.manual_seed(3)
+    policy = Policy(build_model(spec), "a3c", spec, cfg.env)
+    seeds = [11, 12, 13, 14, 15, 16]  # a wave of 4, then one of 2 beside 2 spare envs
+    envs = gym.vector.SyncVectorEnv([lambda: Counted(gym.make("CartPole-v1"))] * 4)
+    returns = play_episodes(policy, envs, seeds)
+    envs.close()
+    alone = []
+    for s in seeds:
+        env = gym.make("CartPole-v1")
+        obs, _ = env.reset(seed=s)
+        total, done = 0.0, False
+        while not done:
+            obs, r, term, trunc, _ = env.step(policy.act(obs))
+            total, done = total + float(r), term or trunc
+        alone.append(total)
+    assert returns == alone and len(set(returns)) > 1  # episodes of different lengths
+    # CartPole pays 1 a step: every step was a live episode's (the spare envs of the second
+    # wave included: never stepped)
+    assert Counted.steps == sum(returns)

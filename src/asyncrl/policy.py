@@ -117,28 +117,60 @@ def play_episodes(
     """Returns of ``len(seeds)`` whole episodes played in waves on the vector env ``envs``
     (:func:`asyncrl.envs.make_eval_vec_env`), one batched forward pass a step for the wave;
     each wave resets with its seeds (a natively vectorized env takes the first for the
-    batch), and an env whose episode has ended is stepped on and ignored until the wave ends.
-    The same call gives the same returns. Raises :class:`Stopped` at the first step after
-    ``stop`` is set."""
+    batch). Where the envs are separate (a ``SyncVectorEnv``: Atari's), only those still in
+    their episode are stepped, and acted for: a Pong wave lasts as long as its longest game,
+    up to 108,000 frames where a greedy policy stalls. A natively vectorized env steps all of
+    them, and an ended episode is ignored until the wave ends. The same call gives the same
+    returns. Raises :class:`Stopped` at the first step after ``stop`` is set."""
+    import gymnasium as gym
+
     from asyncrl.envs import reset_vec_env
 
     n = envs.num_envs
+    separate = isinstance(envs, gym.vector.SyncVectorEnv)
     returns: list[float] = []
     for start in range(0, len(seeds), n):
         wave = seeds[start : start + n]
         obs = reset_vec_env(envs, wave + [wave[-1] + 1 + i for i in range(n - len(wave))])
+        obs = np.array(obs)  # its rows are overwritten below; the vector env's buffer is not ours
         policy.reset()  # each episode starts from a zero core state
         totals = np.zeros(n)
         live = np.arange(n) < len(wave)
         while live.any():
             if stop is not None and stop.is_set():
                 raise Stopped
-            actions = policy.act(obs, deterministic, rng)
-            obs, reward, term, trunc, _ = envs.step(actions)
-            totals += np.where(live, reward, 0.0)
-            live &= ~(term | trunc)
+            if separate:
+                rows = np.flatnonzero(live)
+                actions = _act_rows(policy, obs, rows, deterministic, rng)
+                for i, a in zip(rows, actions, strict=True):
+                    obs[i], reward, term, trunc, _ = envs.envs[i].step(a)
+                    totals[i] += float(reward)
+                    live[i] = not (term or trunc)
+            else:
+                actions = policy.act(obs, deterministic, rng)
+                obs, reward, term, trunc, _ = envs.step(actions)
+                totals += np.where(live, reward, 0.0)
+                live &= ~(term | trunc)
         returns.extend(totals[: len(wave)].tolist())
     return returns
+
+
+def _act_rows(
+    policy: Policy,
+    obs: np.ndarray,
+    rows: np.ndarray,
+    deterministic: bool,
+    rng: np.random.Generator | None,
+) -> Any:
+    """The actions of the envs ``rows`` of the batch ``obs`` alone, each from its own core
+    state; the other envs' states stay as they were."""
+    state = policy.state if policy.state is not None else policy.model.initial_state(len(obs))
+    idx = torch.from_numpy(rows)
+    policy.state = state[idx]
+    actions = policy.act(obs[rows], deterministic, rng)
+    assert policy.state is not None  # act leaves the rows' new states
+    policy.state = state.index_copy(0, idx, policy.state)
+    return actions
 
 
 Which = Literal["best", "last"]
