@@ -432,10 +432,12 @@ def test_a_failing_evaluation_is_one_line_and_the_run_goes_on(run_dir, monkeypat
     assert rows(run_dir) == [] and not (run_dir / "best_model.pt").exists()
 
 
-def test_a_wave_steps_only_the_envs_still_in_their_episode():
+@pytest.mark.parametrize("core", ["none", "lstm"])
+def test_a_wave_steps_only_the_envs_still_in_their_episode(core):
     """Separate envs (Atari's evaluation envs are): an ended episode's env is not stepped on
     while the wave's longest episode goes on (a Pong wave can last 108,000 frames for one
-    stalled game). The returns are each seed's episode played alone, waves and all."""
+    stalled game). The returns are each seed's episode played alone, waves and all: with a
+    recurrent core, each env's state moves only with its own steps."""
     import gymnasium as gym
 
     from asyncrl.algos import make_algorithm
@@ -451,7 +453,7 @@ def test_a_wave_steps_only_the_envs_still_in_their_episode():
             Counted.steps += 1
             return super().step(action)
 
-    cfg = preset(None, env="CartPole-v1", seed=0).validate()
+    cfg = preset(None, env="CartPole-v1", seed=0, core=core).validate()
     spec = make_algorithm(cfg, probe_env(cfg.env)).model_spec()
     torch.manual_seed(3)
     policy = Policy(build_model(spec), "a3c", spec, cfg.env)
@@ -463,6 +465,7 @@ def test_a_wave_steps_only_the_envs_still_in_their_episode():
     for s in seeds:
         env = gym.make("CartPole-v1")
         obs, _ = env.reset(seed=s)
+        policy.reset()
         total, done = 0.0, False
         while not done:
             obs, r, term, trunc, _ = env.step(policy.act(obs))
