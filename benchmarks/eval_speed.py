@@ -37,6 +37,11 @@ def main() -> None:
     policy = asyncrl.policy.load(args.run_dir, args.which)
     cfg = RunDir.existing(args.run_dir, "model").read_config()
     envs = make_eval_vec_env(policy.env_id, args.episodes, cfg["seed"], policy.env_kwargs)
+    if not isinstance(envs, gym.vector.SyncVectorEnv):
+        raise SystemExit(
+            f"{policy.env_id}: its evaluation envs are natively vectorized; this "
+            "script counts the steps of separate envs (Atari's)"
+        )
     lengths = [0] * args.episodes  # env steps each game's env took
 
     def counted(i: int, step: Any) -> Any:
@@ -46,11 +51,6 @@ def main() -> None:
 
         return wrapper
 
-    if not isinstance(envs, gym.vector.SyncVectorEnv):
-        raise SystemExit(
-            f"{policy.env_id}: its evaluation envs are natively vectorized; this "
-            "script counts the steps of separate envs (Atari's)"
-        )
     for i, env in enumerate(envs.envs):
         env.step = counted(i, env.step)  # type: ignore[method-assign]
     seeds = eval_seeds(cfg["seed"], args.index, args.episodes)

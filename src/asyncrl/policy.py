@@ -101,6 +101,24 @@ class Policy:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
         return a
 
+    def act_rows(
+        self,
+        obs: np.ndarray,
+        rows: np.ndarray,
+        deterministic: bool = True,
+        rng: np.random.Generator | None = None,
+    ) -> Any:
+        """:meth:`act` for the rows ``rows`` (indices) of the batch ``obs`` alone (the envs
+        still in their episode), each from its own core state; the other rows' states stay as
+        they were."""
+        state = self.state if self.state is not None else self.model.initial_state(len(obs))
+        idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        self.state = state[idx]
+        actions = self.act(obs[rows], deterministic, rng)
+        assert self.state is not None  # act leaves the rows' new states
+        self.state = state.index_copy(0, idx, self.state)
+        return actions
+
 
 class Stopped(Exception):
     """:func:`play_episodes` was told to stop before its episodes ended."""
@@ -141,7 +159,7 @@ def play_episodes(
                 raise Stopped
             if separate:
                 rows = np.flatnonzero(live)
-                actions = _act_rows(policy, obs, rows, deterministic, rng)
+                actions = policy.act_rows(obs, rows, deterministic, rng)
                 for i, a in zip(rows, actions, strict=True):
                     obs[i], reward, term, trunc, _ = envs.envs[i].step(a)
                     totals[i] += float(reward)
@@ -153,24 +171,6 @@ def play_episodes(
                 live &= ~(term | trunc)
         returns.extend(totals[: len(wave)].tolist())
     return returns
-
-
-def _act_rows(
-    policy: Policy,
-    obs: np.ndarray,
-    rows: np.ndarray,
-    deterministic: bool,
-    rng: np.random.Generator | None,
-) -> Any:
-    """The actions of the envs ``rows`` of the batch ``obs`` alone, each from its own core
-    state; the other envs' states stay as they were."""
-    state = policy.state if policy.state is not None else policy.model.initial_state(len(obs))
-    idx = torch.from_numpy(rows)
-    policy.state = state[idx]
-    actions = policy.act(obs[rows], deterministic, rng)
-    assert policy.state is not None  # act leaves the rows' new states
-    policy.state = state.index_copy(0, idx, policy.state)
-    return actions
 
 
 Which = Literal["best", "last"]
