@@ -4,7 +4,7 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py quick --seeds 5     # minutes: CartPole, Acrobot, MinAtar, Pendulum
     python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
     python benchmarks/suite.py atari --seeds 3     # Pong, Breakout: 30 min each (hours)
-    python benchmarks/suite.py pong30 --seeds 3    # Pong for 30 min: A3C and APPO (2 and 4 epochs)
+    python benchmarks/suite.py pong30 --seeds 3    # Pong for 30 min: A3C, APPO's settings, the defaults
     python benchmarks/suite.py lstm --seeds 3      # Pong with --core lstm: up to 3 hours
     python benchmarks/suite.py atari5-a3c --seeds 1  # the five games, an hour each, A3C
     python benchmarks/suite.py quick --seeds 5 --report-only
@@ -281,6 +281,9 @@ SUITES: dict[str, list[Task]] = {
         # what `asyncrl train --env PongNoFrameskip-v4` picks on the machine it runs on (the
         # report gives each run's CPU: its bfloat16 units decide --precision auto)
         pong30("defaults"),
+        # the defaults' 16 gradient steps a rollout in 2 passes of 8 minibatches (128
+        # transitions each) instead of 4 of 4: half the learning passes a frame
+        pong30("2x8", "--epochs", "2", "--minibatches", "8"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],
