@@ -88,7 +88,8 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
     shape on top (Atari: PPO's Atari setting); the A3C preset underneath is untouched."""
     pytest.importorskip("ale_py")
     pong = preset(None, env="PongNoFrameskip-v4", algo="appo")
-    assert (pong.envs_per_worker, pong.t_max, pong.epochs, pong.minibatches) == (8, 128, 4, 4)
+    # PPO's 16 gradient steps a rollout, in 2 passes of 8 minibatches (docs/presets.md#atari)
+    assert (pong.envs_per_worker, pong.t_max, pong.epochs, pong.minibatches) == (8, 128, 2, 8)
     assert (pong.clip, pong.lr, pong.optimizer, pong.eps) == (0.1, 2.5e-4, "adam", 1e-5)
     assert pong.entropy_coef == 0.01 and pong.value_coef == 0.25  # the atari preset's
     # bfloat16 where the CPU has AMX or AVX-512 BF16: measured for APPO's four passes a frame,
