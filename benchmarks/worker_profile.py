@@ -63,6 +63,8 @@ def profile(cfg: Config) -> tuple[collections.Counter, float]:
     w.envs.step = timed(w.envs.step, "env step", acc)
     w.algo.act = timed(w.algo.act, "forward (act)", acc)
     w.algo.loss = timed(w.algo.loss, "loss (forward over the rollout)", acc)
+    if hasattr(w.algo, "prepare"):  # APPO: the targets and the frames' layout, once a rollout
+        w.algo.prepare = timed(w.algo.prepare, "targets and layout (APPO)", acc)
     store.pull = timed(store.pull, "pull parameters", acc)
     store.push = timed(store.push, "optimizer step (push)", acc)
     store.refresh = timed(store.refresh, "refresh parameters (APPO, V-trace)", acc)

@@ -410,7 +410,10 @@ def test_auto_is_decided_once_by_the_driver_and_a_saved_bfloat16_model_loads_any
     from asyncrl import trainer
     from asyncrl.algos import base
 
+    # a machine with the units, whatever this one has (the loader asks too: a model saved in
+    # bfloat16 loads so only where they are)
     monkeypatch.setattr(base, "cpu_has_bfloat16_units", lambda: True)
+    monkeypatch.setattr(policy_module, "cpu_has_bfloat16_units", lambda: True)
     seen = []
     real = trainer.make_run
 

@@ -13,8 +13,9 @@
   the action space) and a value; or Q values.
 
 Both networks expose the same two calls: :meth:`act` for one step of a batch of envs, and
-:meth:`unroll` for a rollout recomputed from the core's state at its start. Nothing outside
-this file knows whether the core is recurrent.
+:meth:`unroll` for a rollout recomputed from the core's state at its start (the actor-critic
+adds :meth:`ActorCritic.act_value`, ``act`` with the critic run too). Nothing outside this file
+knows whether the core is recurrent.
 
 Every model is rebuilt from a plain :class:`ModelSpec` (a dict on disk), so a worker process, a
 checkpoint and ``asyncrl.load`` all construct the same architecture without pickling modules.
@@ -658,6 +659,18 @@ class ActorCritic(Network):
         (Acting needs no value: the critic is not run.)"""
         h, state = self._core_step(self._encode(obs), state, first)
         return self._policy(h), state
+
+    def act_value(
+        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`act` with the critic run too: distribution parameters, values ``(B,)`` and
+        the core's new state. For a learner that takes its targets from the values of the
+        policy that acted (APPO's, as PPO's): on a shared trunk the value costs one dot product
+        an env."""
+        h, state = self._core_step(self._encode(obs), state, first)
+        hv = h if self.shared_trunk else self.v_body(obs)
+        v = F.linear(hv, self.v_head.weight, self.v_head.bias).squeeze(-1)
+        return self._policy(h), v, state
 
     def unroll(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor, bootstrap: bool = True

@@ -33,6 +33,9 @@ class Rollout:
     #                    starts from zero there: the row after an autoreset step)
     logp: np.ndarray  # (T, B) float32: log mu(a_t|s_t), the behaviour policy's (the one that
     #                   acted, with the parameters of ``version``): importance weights need it
+    values: np.ndarray  # (T+1, B) float32: V(s_t) from the critic that acted, the last row
+    #                     V(obs[T]) (APPO's targets, as PPO's); left at 0 by the paper's methods,
+    #                     whose losses recompute them in their own pass over the rollout
     version: int = -1  # of the parameters that acted (the store's; Hogwild's are all 0)
 
     @classmethod
@@ -55,6 +58,7 @@ class Rollout:
             valid=np.zeros((T, B), bool),
             first=np.zeros((T + 1, B), bool),
             logp=np.zeros((T, B), np.float32),
+            values=np.zeros((T + 1, B), np.float32),
         )
 
     @classmethod
@@ -74,6 +78,7 @@ class Rollout:
             valid=self.valid[:n],
             first=self.first[: n + 1],
             logp=self.logp[:n],
+            values=self.values[: n + 1],
             version=self.version,
         )
 

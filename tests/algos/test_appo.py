@@ -1,7 +1,7 @@
 """APPO's loss on hand-made rollouts: its gradient at ratio 1 is A3C's, the clip stops the
 gradient where the ratio has left the range in the advantage's direction, the minibatches
 partition the envs, and the diagnostics measure what they say. Behaviour log-probabilities
-recorded at acting time."""
+and the critic's values recorded at acting time, the targets taken from those values."""
 
 import math
 
@@ -17,6 +17,7 @@ from asyncrl.config import Config
 from asyncrl.envs import ActionSpace, EnvInfo
 from asyncrl.models import build_model, flat_grad
 from asyncrl.rollout import Rollout
+from asyncrl.targets import gae_advantages
 
 INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 3))
 BOX = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace(
@@ -55,11 +56,14 @@ def algo_and_model(cls, info=INFO, **kw):
     return algo, build_model(algo.model_spec())
 
 
-def behaviour(model, algo, ro):
-    """The log-probabilities of the rollout's actions under ``model`` now: ratio 1."""
+def as_acted(model, algo, ro):
+    """Record in ``ro`` what acting with ``model`` now records: the log-probabilities of its
+    actions (ratio 1) and the critic's values; returns the log-probabilities."""
     with torch.no_grad():
-        params, _ = algo.unroll(model, ro)
-        return model.distribution(params[:-1]).log_prob(ro.actions_tensor()).numpy()
+        params, values = algo.unroll(model, ro)
+        ro.values[:] = values.numpy()
+        ro.logp[:] = model.distribution(params[:-1]).log_prob(ro.actions_tensor()).numpy()
+    return ro.logp.copy()
 
 
 def grad_of(model, loss):
@@ -74,7 +78,7 @@ def test_at_ratio_one_a_whole_batch_pass_is_a3cs_gradient(info):
     a3c, _ = algo_and_model(A3C, info, gae_lambda=0.95)
     ro = random_rollout(info)
     ro.valid[:] = True  # A3C divides by every step of the rollout, APPO by the valid ones
-    ro.logp[:] = behaviour(model, appo, ro)
+    as_acted(model, appo, ro)
     (update,) = list(appo.updates(model, ro, None))
     loss, stats = update()
     g_appo = grad_of(model, loss)
@@ -82,7 +86,7 @@ def test_at_ratio_one_a_whole_batch_pass_is_a3cs_gradient(info):
     torch.testing.assert_close(g_appo, g_a3c, rtol=1e-5, atol=1e-6)
     assert stats["appo/approx_kl"] == pytest.approx(0.0, abs=1e-6)
     assert stats["appo/clip_fraction"] == 0.0
-    assert stats["vtrace/rho_mean"] == pytest.approx(1.0) == stats["vtrace/rho_max"]
+    assert "vtrace/rho_mean" not in stats  # pi = mu by construction: nothing to measure
     assert "train/explained_variance" in stats
 
 
@@ -93,7 +97,7 @@ def test_the_clip_stops_the_gradient_only_in_the_advantages_direction():
     ro.ends[:] = ro.terminated[:] = True  # A = r - V
     with torch.no_grad():
         v = float(appo.unroll(model, ro)[1][0, 0])
-    base = behaviour(model, appo, ro)
+    base = as_acted(model, appo, ro)
     for reward, clipped in [(v + 1.0, True), (v - 1.0, False)]:
         ro.rewards[:] = reward
         # mu had the action at half pi's probability: ratio 2, past 1 + clip
@@ -161,7 +165,7 @@ def test_a_minibatch_of_transitions_is_the_same_loss_as_the_whole_rollout_masked
 def test_the_targets_are_computed_once_at_the_first_minibatchs_parameters():
     appo, model = algo_and_model(APPO, epochs=2, minibatches=2)
     ro = random_rollout(INFO)
-    ro.logp[:] = behaviour(model, appo, ro)
+    as_acted(model, appo, ro)
     calls = []
     real = appo.prepare
     appo.prepare = lambda m, r: calls.append(1) or real(m, r)
@@ -171,10 +175,59 @@ def test_the_targets_are_computed_once_at_the_first_minibatchs_parameters():
     assert all("train/explained_variance" not in s for s in stats[1:])
 
 
+@pytest.mark.parametrize("core", ["none", "lstm"])
+@pytest.mark.parametrize("info", [INFO, BOX], ids=["discrete", "box"])
+def test_acting_records_the_critics_values_of_the_rollout(info, core):
+    """What the targets take: V(s_t) of each step as the policy acted, and V(obs[T]) from the
+    core's state after the last step, equal to a pass over the rollout from its start state
+    (the LSTM's state carried from one rollout into the next; vectors: a critic trunk of its
+    own, which acting runs too)."""
+    appo, model = algo_and_model(APPO, info, core=core)
+    rng = np.random.default_rng(0)
+    for seed in (0, 1):  # the second rollout starts from the state the first left
+        ro = random_rollout(info, seed=seed)
+        ro.first[0] = seed == 0
+        ro.first[4, 1] = True  # after the autoreset step at t = 3
+        ro.values[:] = np.nan
+        appo.begin_rollout(model, 0)
+        with torch.no_grad():
+            for t in range(ro.t_max):
+                appo.act(model, torch.from_numpy(ro.obs[t]), 0, rng, ro.first[t])
+            appo.end_rollout(model, ro, 0, rng)
+            expected = appo.unroll(model, ro)[1].numpy()
+        np.testing.assert_allclose(ro.values, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("vtrace", [False, True])
+def test_the_targets_take_the_acted_values_or_with_vtrace_a_pass_at_the_learners(vtrace):
+    """GAE's targets are R = A + V with the values recorded at acting time, and no pass over
+    the rollout is made for them; V-trace's need pi at the learner's parameters: one pass,
+    whose values they take (the recorded ones ignored), and the importance weights'
+    statistics."""
+    appo, model = algo_and_model(APPO, epochs=1, minibatches=1, gae_lambda=0.95, vtrace=vtrace)
+    ro = random_rollout(INFO)
+    as_acted(model, appo, ro)
+    with torch.no_grad():
+        fresh = appo.unroll(model, ro)[1].numpy()
+    ro.values[:] = np.random.default_rng(1).normal(size=ro.values.shape) * 10.0
+    passes = []
+    real = appo.unroll
+    appo.unroll = lambda *a: passes.append(1) or real(*a)
+    returns, _, old_v, stats, _ = appo.prepare(model, ro)
+    values = fresh if vtrace else ro.values
+    np.testing.assert_allclose(old_v, values[:-1], rtol=1e-6)
+    assert len(passes) == int(vtrace)
+    assert ("vtrace/rho_mean" in stats) == vtrace
+    if not vtrace:
+        r, term, ends = ro.rewards, ro.terminated, ro.ends
+        gae = gae_advantages(r, values[:-1], values[1:], term, ends, 0.9, 0.95)
+        np.testing.assert_allclose(returns, gae + values[:-1], rtol=1e-5, atol=1e-5)
+
+
 def test_value_clip_limits_the_values_move():
     appo, model = algo_and_model(APPO, epochs=1, minibatches=1, value_clip=0.1)
     ro = random_rollout(INFO)
-    ro.logp[:] = behaviour(model, appo, ro)
+    as_acted(model, appo, ro)
     ro.rewards[:] = 100.0  # targets far above the values: the clipped error is the larger
     loss_clipped = next(iter(appo.updates(model, ro, None)))()[1]["loss/value_loss"]
     appo.cfg.value_clip = 0.0

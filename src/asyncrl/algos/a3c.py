@@ -81,21 +81,24 @@ class A3C(Algorithm):
         }
 
     def targets(
-        self, rollout: Rollout, values: np.ndarray, logp: torch.Tensor
+        self, rollout: Rollout, values: np.ndarray, logp: torch.Tensor | None
     ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         """The critic's targets and the policy gradient's advantages ``(T, B)`` from the
         values ``(T+1, B)`` and the log-probabilities of the actions taken under the policy
-        being learnt: n-step returns, GAE(lambda), or with --vtrace V-trace's, which weigh
-        each step by its truncated importance weight pi/mu against the recorded behaviour
-        policy mu (on-policy, pi = mu, V-trace's are the first two). Advantages scaled to mean
-        0, std 1 with --normalize-advantage."""
+        being learnt (None: the behaviour policy's, recorded): n-step returns, GAE(lambda), or
+        with --vtrace V-trace's, which weigh each step by its truncated importance weight pi/mu
+        against the recorded behaviour policy mu (on-policy, pi = mu, V-trace's are the first
+        two). Advantages scaled to mean 0, std 1 with --normalize-advantage."""
         cfg = self.cfg
         v, next_v = values[:-1], values[1:]  # after an episode end: V(final observation)
         r, term, ends = rollout.rewards, rollout.terminated, rollout.ends
         stats: dict[str, float] = {}
         # the importance weights pi/mu: 1 where the parameters that learn are those that acted
-        log_rhos = logp.detach().numpy() - rollout.logp
-        if self.fresh_parameters and rollout.valid.any():
+        if logp is None:
+            log_rhos = np.zeros_like(rollout.logp)
+        else:
+            log_rhos = logp.detach().numpy() - rollout.logp
+        if logp is not None and self.fresh_parameters and rollout.valid.any():
             rhos = np.exp(log_rhos[rollout.valid])
             stats = {"vtrace/rho_mean": float(rhos.mean()), "vtrace/rho_max": float(rhos.max())}
         if cfg.vtrace:

@@ -14,9 +14,12 @@ the behaviour log-probabilities the rollout recorded at acting time:
     L_v     = (V(s_t) - R_t)^2        (or the larger of it and the clipped value's, --value-clip)
     loss    = L_pi + value_coef L_v - entropy_coef H(pi(.|s_t))   (means over the minibatch)
 
-The targets ``R_t`` and advantages ``A_t`` are computed once per rollout, at the parameters of
-its first minibatch (A3C's :meth:`~asyncrl.algos.a3c.A3C.targets`: n-step, GAE(lambda), or
-V-trace's corrected ones with --vtrace), as PPO computes them once per batch. A minibatch is a
+The targets ``R_t`` and advantages ``A_t`` are computed once per rollout, before its first
+minibatch (A3C's :meth:`~asyncrl.algos.a3c.A3C.targets`: n-step or GAE(lambda)), from the values
+the critic gave as the policy acted, recorded with the rollout: PPO's way (Schulman et al.;
+SB3's, CleanRL's, Sample Factory's). With --vtrace they are V-trace's, whose importance
+weights pi/mu need pi at the learner's parameters: one pass over the rollout at the first
+minibatch's gives them and the values, as IMPALA's learner does. A minibatch is a
 random set of transitions, or with a recurrent core a group of envs, whole sequences, so that
 the core replays its state from the rollout's start (:meth:`APPO.minibatches`). Pulling
 between minibatches is what makes the clip mean anything here: without it, every
@@ -56,6 +59,31 @@ class APPO(A3C):
     def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:
         super().start_worker(worker_id, rng)
         self.rng = rng  # the worker's: the minibatches' shuffles are part of its seeded stream
+        self.acted_values: list[torch.Tensor] = []  # V(s_t) of this rollout's steps so far
+
+    def begin_rollout(self, model: Any, global_step: int) -> None:
+        super().begin_rollout(model, global_step)
+        self.acted_values = []
+
+    def act(self, model, obs, global_step, rng, first):
+        # the critic too: the targets take the values of the policy that acted (PPO's), which
+        # spares the learner a pass over the rollout (on Pong, 6% of a worker's time)
+        if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
+            return super().act(model, obs, global_step, rng, first)
+        if self.state is None:
+            self.state = self.start_state = model.initial_state(obs.shape[0])
+        params, value, self.state = model.act_value(obs, self.state, torch.from_numpy(first))
+        self.acted_values.append(value)
+        return model.distribution(params).sample_logp(rng)
+
+    def end_rollout(self, model, rollout, global_step, rng):
+        if self.cfg.vtrace:
+            return
+        # V(obs[T]) for the bootstrap, from the core's state after the last step (left as it
+        # is: the next rollout's first step acts on the same observation with it)
+        last = torch.from_numpy(rollout.obs[-1])
+        _, value, _ = model.act_value(last, self.state, torch.from_numpy(rollout.first[-1]))
+        rollout.values[:] = torch.stack([*self.acted_values, value]).numpy()
 
     def updates(
         self, model: Any, rollout: Rollout, target_model: Any = None
@@ -84,13 +112,17 @@ class APPO(A3C):
 
     @torch.no_grad()
     def prepare(self, model: Any, rollout: Rollout) -> Prepared:
-        """The rollout's targets, advantages and values ``(T, B)`` at the model's parameters
-        now (the first minibatch's), statistics of them, and (for a feed-forward conv net) its
-        observations laid out once for the learning passes of every epoch."""
+        """The rollout's targets, advantages and values ``(T, B)`` (from the values recorded
+        as it acted; with --vtrace, at the model's parameters now, the first minibatch's),
+        statistics of them, and (for a feed-forward conv net) its observations laid out once
+        for the learning passes of every epoch."""
         T = rollout.t_max
-        params, values = self.unroll(model, rollout)
-        logp = model.distribution(params[:T]).log_prob(rollout.actions_tensor())
-        values_np = values.numpy()
+        logp: torch.Tensor | None = None  # pi = mu: the behaviour policy's, recorded
+        values_np = rollout.values
+        if self.cfg.vtrace:
+            params, values = self.unroll(model, rollout)
+            logp = model.distribution(params[:T]).log_prob(rollout.actions_tensor())
+            values_np = values.numpy()
         returns, adv, stats = self.targets(rollout, values_np, logp)
         valid = rollout.valid
         var = returns[valid].var() if valid.any() else 0.0
