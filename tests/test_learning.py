@@ -30,7 +30,8 @@ def test_beyond_the_paper_solves_cartpole(algo, backend, vtrace, run_dir, seed):
     """APPO (several clipped passes a rollout, fresh parameters before each minibatch) and
     V-trace (learning at the parameters of now, corrected for the rollout's older ones).
     Measured (2026-11-24) on seeds 0-5 of each case: every run confirmed at 475 by 50k steps,
-    the kept models 492-500 over 100 new episodes."""
+    the kept models 492-500 over 100 new episodes. APPO on threads at commit c2c8d98 (its
+    targets from the values recorded as it acted), 2026-11-26: the same, every kept model 500."""
     summary = asyncrl.train(
         algo=algo, backend=backend, vtrace=vtrace, workers=2, seed=seed, steps=1_000_000,
         run_dir=str(run_dir), progress=False,
@@ -199,8 +200,9 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     a run's greedy evaluations go up and down by 100 or more between evaluations (a seed that
     reached -242 fell to -512 by 300k steps), so the budget is the preset's own scale (500k;
     at 300k the CI machine's seed 0 peaked at -310). Measured on seeds 0-5 with 2 workers, 500k
-    steps (2026-11-26): the best evaluation was -263 to -173 (1 of 6 solved: confirmed at -200
-    over 100 episodes) and the kept model scored -258 to -184 over 20 new episodes."""
+    steps (2026-11-26, commit c2c8d98: the targets from the values recorded as it acted; an
+    Intel Xeon): the best evaluation was -203 to -175 (none confirmed at -200 over 100
+    episodes) and the kept model scored -215 to -172 over 20 new episodes."""
     summary = asyncrl.train(
         env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=500_000,
         target_return=-200.0, run_dir=str(run_dir), progress=False,

@@ -656,7 +656,7 @@ class ActorCritic(Network):
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of B envs: distribution parameters ``(B, ...)`` and the core's new state.
-        (Acting needs no value: the critic is not run.)"""
+        (The critic is not run: A3C acts without a value; :meth:`act_value` runs it.)"""
         h, state = self._core_step(self._encode(obs), state, first)
         return self._policy(h), state
 

@@ -144,7 +144,7 @@ class APPO(A3C):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.cfg
         first_call = not prepared
-        if first_call:  # at the parameters of the first minibatch, pulled just before it
+        if first_call:  # once a rollout (V-trace: at the parameters pulled for this minibatch)
             prepared.append(self.prepare(model, rollout))
         returns, adv, old_v, stats, learn_obs = prepared[0]
         params, v = self.unroll_minibatch(model, rollout, times, envs, learn_obs)
