@@ -668,9 +668,7 @@ class ActorCritic(Network):
         policy that acted (APPO's, as PPO's): on a shared trunk the value costs one dot product
         an env."""
         h, state = self._core_step(self._encode(obs), state, first)
-        hv = h if self.shared_trunk else self.v_body(obs)
-        v = F.linear(hv, self.v_head.weight, self.v_head.bias).squeeze(-1)
-        return self._policy(h), v, state
+        return self._policy(h), self._value(h if self.shared_trunk else self.v_body(obs)), state
 
     def unroll(
         self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor, bootstrap: bool = True
@@ -681,8 +679,10 @@ class ActorCritic(Network):
         ``bootstrap=False`` (a batch of transitions, every row learnt from)."""
         h = self._features(obs, state, first, bootstrap)
         hv = h if self.shared_trunk else encode_rollout(self.v_body.forward, obs, bootstrap)
-        v = F.linear(hv, self.v_head.weight, self.v_head.bias).squeeze(-1)
-        return self._policy(h), v
+        return self._policy(h), self._value(hv)
+
+    def _value(self, hv: torch.Tensor) -> torch.Tensor:
+        return F.linear(hv, self.v_head.weight, self.v_head.bias).squeeze(-1)
 
     def _policy(self, h: torch.Tensor) -> torch.Tensor:
         out = F.linear(h, self._pi_w, self._pi_b)

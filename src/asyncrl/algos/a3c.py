@@ -94,10 +94,8 @@ class A3C(Algorithm):
         r, term, ends = rollout.rewards, rollout.terminated, rollout.ends
         stats: dict[str, float] = {}
         # the importance weights pi/mu: 1 where the parameters that learn are those that acted
-        if logp is None:
-            log_rhos = np.zeros_like(rollout.logp)
-        else:
-            log_rhos = logp.detach().numpy() - rollout.logp
+        acted = rollout.logp
+        log_rhos = np.zeros_like(acted) if logp is None else logp.detach().numpy() - acted
         if logp is not None and self.fresh_parameters and rollout.valid.any():
             rhos = np.exp(log_rhos[rollout.valid])
             stats = {"vtrace/rho_mean": float(rhos.mean()), "vtrace/rho_max": float(rhos.max())}

@@ -70,9 +70,8 @@ class APPO(A3C):
         # spares the learner a pass over the rollout (on Pong, 6% of a worker's time)
         if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
             return super().act(model, obs, global_step, rng, first)
-        if self.state is None:
-            self.state = self.start_state = model.initial_state(obs.shape[0])
-        params, value, self.state = model.act_value(obs, self.state, torch.from_numpy(first))
+        state = self.carried_state(model, obs)
+        params, value, self.state = model.act_value(obs, state, torch.from_numpy(first))
         self.acted_values.append(value)
         return model.distribution(params).sample_logp(rng)
 

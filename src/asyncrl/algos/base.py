@@ -92,10 +92,14 @@ class Algorithm(ABC):
     def network_step(self, model: Any, obs: torch.Tensor, first: np.ndarray) -> torch.Tensor:
         """The network's output for this step (distribution parameters, or Q values), carrying
         this worker's core state."""
+        out, self.state = model.act(obs, self.carried_state(model, obs), torch.from_numpy(first))
+        return out
+
+    def carried_state(self, model: Any, obs: torch.Tensor) -> torch.Tensor:
+        """The core's state carried into this step (zeros at the worker's first)."""
         if self.state is None:
             self.state = self.start_state = model.initial_state(obs.shape[0])
-        out, self.state = model.act(obs, self.state, torch.from_numpy(first))
-        return out
+        return self.state
 
     def unroll(self, model: Any, rollout: Rollout, envs: np.ndarray | None = None) -> Any:
         """The network over the whole rollout ``(T+1, B, ...)`` (or the columns ``envs`` of
