@@ -340,6 +340,10 @@ def test_the_worker_learns_across_a_lost_life_and_reports_whole_games(monkeypatc
         assert score >= 0 and length > 50
 
 
+# No evaluation during or after a run: --eval-every 0 with --stop-on train
+NO_EVAL: dict = dict(eval_every=0, stop_on="train")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["threads", "processes"])
 def test_a_short_pong_run_checkpoints_and_resumes(backend, run_dir):
@@ -348,7 +352,11 @@ def test_a_short_pong_run_checkpoints_and_resumes(backend, run_dir):
     import asyncrl
     from asyncrl.checkpoint import load_checkpoint
 
-    common = dict(env="PongNoFrameskip-v4", backend=backend, workers=2, envs_per_worker=4)
+    # no evaluations: ten whole Pong games of the untrained policy would take most of the
+    # test's time (the evaluations have tests of their own)
+    common = dict(
+        env="PongNoFrameskip-v4", backend=backend, workers=2, envs_per_worker=4, **NO_EVAL
+    )
     summary = asyncrl.train(**common, steps=1_500, run_dir=str(run_dir), progress=False)
     assert summary["total_steps"] >= 1_500 and summary["total_frames"] == 4 * summary["total_steps"]
     assert summary["frames_per_second"] == pytest.approx(4 * summary["steps_per_second"])
@@ -382,6 +390,7 @@ def test_each_of_the_papers_methods_trains_on_an_atari_game(algo, run_dir):
         steps=400,
         run_dir=str(run_dir),
         progress=False,
+        **NO_EVAL,
     )
     assert summary["ended"] == "budget" and summary["nonfinite_updates"] == 0
     assert summary["total_steps"] >= 400 and summary["total_frames"] == 4 * summary["total_steps"]
@@ -406,6 +415,7 @@ def test_eval_records_a_whole_pong_game_to_mp4(run_dir, tmp_path):
         run_dir=str(run_dir),
         progress=False,
         backend="threads",
+        **NO_EVAL,
     )
     video = tmp_path / "pong.mp4"
     scores = asyncrl.evaluate(run_dir, episodes=1, video=video)

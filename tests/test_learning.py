@@ -196,17 +196,15 @@ def test_a_recurrent_agent_remembers_what_an_mlp_cannot_see(core, run_dir, seed)
 @pytest.mark.slow
 def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     """Box actions: APPO with the control preset (picked from the env) takes Pendulum-v1 from
-    random play (about -1,200) towards -200. What holds on every seed is asserted, not a solve:
-    a run's greedy evaluations go up and down by 100 or more between evaluations (a seed that
-    reached -242 fell to -512 by 300k steps), so the budget is the preset's own scale (500k;
-    at 300k the CI machine's seed 0 peaked at -310). Measured on seeds 0-5 with 2 workers, 500k
-    steps (2026-11-26, commit c2c8d98: the targets from the values recorded as it acted; an
-    Intel Xeon): the best evaluation was -203 to -175 (none confirmed at -200 over 100
-    episodes) and the kept model scored -215 to -172 over 20 new episodes."""
+    random play (about -1,200) towards -200 in 200k steps (the lr anneals to 0 over them). What
+    holds on every seed is asserted, not a solve: a run's greedy evaluations go up and down by
+    100 or more between evaluations, and a screen of 10 episodes past -200 can confirm at -320
+    over 100. Measured on seeds 0-5 with 2 workers (2026-11-27, an Intel Xeon): the best
+    evaluation -319 to -156, the kept model -244 to -175 over 20 new episodes."""
     summary = asyncrl.train(
-        env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=500_000,
+        env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=200_000,
         target_return=-200.0, run_dir=str(run_dir), progress=False,
     )  # fmt: skip
-    assert summary["best_eval_return"] >= -300, summary
+    assert summary["best_eval_return"] >= -400, summary
     returns = asyncrl.evaluate(run_dir, episodes=20, seed=10**6)  # the Gaussian's mean
-    assert sum(returns) / len(returns) >= -400, returns
+    assert sum(returns) / len(returns) >= -300, returns

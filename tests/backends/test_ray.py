@@ -623,6 +623,10 @@ def test_a_short_pong_run_over_ray_checkpoints_and_resumes(cluster, run_dir):
         workers=2,
         envs_per_worker=4,
         progress=False,
+        # no evaluations: ten whole Pong games of the untrained policy would take most of the
+        # test's time (evaluations on Ray: test_evaluations_read_the_servers_parameters...)
+        eval_every=0,
+        stop_on="train",
     )
     summary = asyncrl.train(**common, steps=1_500, run_dir=str(run_dir))
     assert summary["total_steps"] >= 1_500 and summary["total_frames"] == 4 * summary["total_steps"]
