@@ -292,6 +292,19 @@ def test_a_seeded_stochastic_evaluation_repeats_itself(run_dir):
     assert asyncrl.evaluate(run_dir, episodes=3, seed=5, deterministic=False) == first
 
 
+def test_evaluate_plays_every_episode_asked_for_in_waves(run_dir):
+    """asyncrl.evaluate plays as the evaluations during training do: waves of up to 16 envs,
+    one batched forward pass a step; 20 episodes are a wave of 16 and one of 4, each a whole
+    episode (CartPole pays 1 a step: no return is a spare env's 0)."""
+    import asyncrl
+
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    returns = asyncrl.evaluate(run_dir, episodes=20, seed=3)
+    assert len(returns) == 20 and min(returns) >= 8 and len(set(returns)) > 1
+    assert asyncrl.evaluate(run_dir, episodes=20, seed=3) == returns
+    assert asyncrl.evaluate(run_dir, episodes=20, seed=4) != returns
+
+
 def test_the_q_methods_refuse_a_stochastic_evaluation(run_dir, capsys):
     assert main(["train", *QUICK, "--algo", "nstep-q", "--run-dir", str(run_dir)]) == 0
     assert main(["eval", str(run_dir), "--stochastic"]) == 2

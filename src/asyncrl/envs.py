@@ -351,17 +351,25 @@ def make_vec_env(
     return env
 
 
+#: the widest wave of evaluation episodes (played side by side, one batched forward pass a
+#: step) on Atari, whose envs are whole emulators, and elsewhere, where 100 CartPoles step in
+#: about the time of one and a confirmation's 100 episodes are one wave
+EVAL_WAVE_ATARI = 16
+EVAL_WAVE = 128
+
+
 def make_eval_vec_env(
-    env_id: str, num_envs: int, seed: int = 0, kwargs: dict[str, Any] | None = None
+    env_id: str, episodes: int, seed: int = 0, kwargs: dict[str, Any] | None = None
 ) -> gym.vector.VectorEnv:
-    """``num_envs`` evaluation envs stepped together: on Atari, copies of
+    """Evaluation envs stepped together to play ``episodes`` episodes in waves (of at most
+    :data:`EVAL_WAVE_ATARI` or :data:`EVAL_WAVE` envs): on Atari, copies of
     :func:`make_eval_env` (whole games, raw scores); elsewhere the training's vector env
     (natively vectorized where the env offers it: a tenth of the cost a step of separate
     envs has on CartPole)."""
     spec = env_spec(env_id)
     if not is_atari(spec):
-        return make_vec_env(env_id, num_envs, seed, kwargs)
-    fns = [lambda: make_eval_env(env_id, seed, None, kwargs)] * num_envs
+        return make_vec_env(env_id, min(episodes, EVAL_WAVE), seed, kwargs)
+    fns = [lambda: make_eval_env(env_id, seed, None, kwargs)] * min(episodes, EVAL_WAVE_ATARI)
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
 
 

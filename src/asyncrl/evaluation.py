@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -105,6 +104,7 @@ class Evaluator:
         self._pending = 0  # submitted, not yet taken back (only the caller's thread counts)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()  # close(): end the evaluation under way
+        self._confirm_envs: Any = None  # the evaluator thread's, as its screen's envs
 
     @property
     def busy(self) -> bool:
@@ -160,7 +160,7 @@ class Evaluator:
         torch.set_num_threads(1)
         from asyncrl.envs import make_eval_vec_env
 
-        envs: Any = None
+        envs: Any = None  # the screen's (the confirmation's: self._confirm_envs)
         rng = np.random.default_rng([self.seed, _EVAL_STREAM])
         policy: Policy | None = None
         try:
@@ -174,9 +174,9 @@ class Evaluator:
                         flat = flatten_parameters(model)
                         policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
                     if envs is None:
-                        # the screen's size: it runs every time, the confirmation rarely
-                        n = min(self.episodes, MAX_EVAL_ENVS)
-                        envs = make_eval_vec_env(self.env_id, n, self.seed, self.env_kwargs)
+                        envs = make_eval_vec_env(
+                            self.env_id, self.episodes, self.seed, self.env_kwargs
+                        )
                     load_snapshot(policy.model, flat, snap)
                     returns, confirmed, screen = self._play(policy, envs, index, rng)
                     seconds = time.perf_counter() - t0
@@ -189,8 +189,9 @@ class Evaluator:
                     ev = Evaluation(index, step, wall, (), time.perf_counter() - t0, None, str(e))
                 self._results.put(ev)
         finally:
-            if envs is not None:
-                envs.close()
+            for vec in (envs, self._confirm_envs):
+                if vec is not None:
+                    vec.close()
 
     def _play(
         self, policy: Policy, envs: Any, index: int, rng: np.random.Generator
@@ -198,20 +199,24 @@ class Evaluator:
         """The screen's returns; where they reach the target, the confirmation's instead (new
         episodes: the screen's were picked for passing, so they would bias the mean up). And
         whether it was confirmed, and the screen's seconds."""
+        from asyncrl.envs import make_eval_vec_env
+
         t0 = time.perf_counter()
         n = self.confirm[1] if self.confirm else 0
         seeds = eval_seeds(self.seed, index, self.episodes + n)
-        play = partial(play_episodes, policy, envs, stop=self._stop)
-        returns = play(seeds[: self.episodes], self.deterministic, rng)
+        returns = play_episodes(
+            policy, envs, seeds[: self.episodes], self.deterministic, rng, stop=self._stop
+        )
         screen = time.perf_counter() - t0
         if self.confirm is None or statistics.fmean(returns) < self.confirm[0]:
             return returns, False, screen
-        more = play(seeds[self.episodes :], self.deterministic, rng)
+        if self._confirm_envs is None:  # its own, wider wave, built at the first confirmation
+            self._confirm_envs = make_eval_vec_env(self.env_id, n, self.seed, self.env_kwargs)
+        more = play_episodes(
+            policy, self._confirm_envs, seeds[self.episodes :], self.deterministic, rng,
+            stop=self._stop,
+        )  # fmt: skip
         return more, True, screen
-
-
-#: envs an evaluation steps side by side (its episodes are played in waves of this many)
-MAX_EVAL_ENVS = 16
 
 
 @torch.no_grad()

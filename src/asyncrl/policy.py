@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -231,10 +233,14 @@ def evaluate(
     which: Which | None = None,
 ) -> list[float]:
     """Returns of ``episodes`` full episodes (whole games with no-op starts on Atari) of the
-    saved policy. Episode i resets with ``seed + i``; a stochastic policy samples with a
-    generator seeded by ``seed``, so the same call gives the same returns. With ``video``, the
-    episodes are recorded one after the other to that MP4 file (H.264, plays in browsers)."""
-    from asyncrl.envs import make_eval_env
+    saved policy, played as the evaluations during training play them
+    (:func:`play_episodes`: in waves, one batched forward pass a step). Episode i resets with
+    ``seed + i`` where the envs are separate (Atari's); a natively vectorized env (CartPole's)
+    draws a wave's starts from the wave's first seed. A stochastic policy samples with a
+    generator seeded by ``seed``: the same call gives the same returns. With ``video``, the
+    episodes are played one after the other on one env and recorded to that MP4 file (H.264,
+    plays in browsers)."""
+    from asyncrl.envs import make_eval_env, make_eval_vec_env
 
     if episodes < 1:
         raise UserError(f"--episodes: must be >= 1, got {episodes}")
@@ -243,21 +249,26 @@ def evaluate(
     policy = load(run_dir, which)
     if not deterministic and policy.spec.kind != "actor-critic":
         policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal
-    writer = None if video is None else _video_writer(Path(video), policy.env_id)
     rng = np.random.default_rng(seed)
-    import gymnasium as gym
-
-    render = None if video is None else "rgb_array"
+    if video is None:
+        with _runnable(policy.env_id):
+            envs = make_eval_vec_env(policy.env_id, episodes, seed, policy.env_kwargs)
+        try:
+            return play_episodes(
+                policy, envs, [seed + i for i in range(episodes)], deterministic, rng
+            )
+        finally:
+            envs.close()
+    writer = _video_writer(Path(video), policy.env_id)
     try:
-        env = make_eval_env(policy.env_id, seed, render, policy.env_kwargs)
-        if video is not None:
+        with _runnable(policy.env_id):
+            env = make_eval_env(policy.env_id, seed, "rgb_array", policy.env_kwargs)
             env.reset(seed=seed)
             env.render()  # fails here, not mid-file, if the env cannot render
-    except gym.error.DependencyNotInstalled as e:
-        if writer is not None:
-            writer.close()
-            Path(video).unlink(missing_ok=True)  # type: ignore[arg-type]
-        raise UserError(f"{policy.env_id} cannot run or render here: {e}") from None
+    except UserError:
+        writer.close()
+        Path(video).unlink(missing_ok=True)
+        raise
     returns = []
     try:
         for i in range(episodes):
@@ -265,17 +276,26 @@ def evaluate(
             policy.reset()  # a recurrent policy starts each episode from a zero state
             total, done = 0.0, False
             while not done:
-                if writer is not None:
-                    writer.append_data(_frame(env.render()))
+                writer.append_data(_frame(env.render()))
                 obs, r, term, trunc, _ = env.step(policy.act(obs, deterministic, rng))
                 total += float(r)
                 done = term or trunc
             returns.append(total)
     finally:
         env.close()
-        if writer is not None:
-            writer.close()
+        writer.close()
     return returns
+
+
+@contextlib.contextmanager
+def _runnable(env_id: str) -> Iterator[None]:
+    """A missing dependency of the env (Box2D, MuJoCo, a renderer) as a one-line UserError."""
+    import gymnasium as gym
+
+    try:
+        yield
+    except gym.error.DependencyNotInstalled as e:
+        raise UserError(f"{env_id} cannot run or render here: {e}") from None
 
 
 def _video_writer(path: Path, env_id: str) -> Any:
