@@ -164,16 +164,17 @@ def test_a3c_learns_minatar_breakout_from_pixels(run_dir, seed):
 @pytest.mark.slow
 def test_without_memory_velocity_free_cartpole_is_out_of_reach(run_dir, seed):
     """The control for the recurrent test below: CartPole with the velocities removed
-    (positions only) keeps a feed-forward agent near 40 (its best without velocities). Measured
-    (2026-11-24): it stays below 100 on seeds 1-5 too (ASYNCRL_TEST_SEED=S)."""
-    mlp = asyncrl.train(target_return=300.0, run_dir=str(run_dir), seed=seed, **NO_VELOCITY)
+    (positions only) keeps a feed-forward agent near 40 (its best without velocities), where
+    it has settled long before 600k steps. Measured on seeds 0-5 (2026-11-27): the last 100
+    episodes 41.9-45.2 at 600k, the best evaluation 45.5-52.2 (ASYNCRL_TEST_SEED=S)."""
+    cfg = {**NO_VELOCITY, "seed": seed, "steps": 600_000}
+    mlp = asyncrl.train(target_return=300.0, run_dir=str(run_dir), **cfg)
     assert not mlp["solved"] and mlp["rolling_return"] < 100, mlp
 
 
 NO_VELOCITY = dict(
     env="tests.envs_for_tests:asyncrl-test/CartPoleNoVelocity-v1",
     workers=2,
-    steps=1_500_000,
     progress=False,
 )
 
