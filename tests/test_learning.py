@@ -199,13 +199,15 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     """Box actions: APPO with the control preset (picked from the env) takes Pendulum-v1 from
     random play (about -1,200) towards -200 in 200k steps (the lr anneals to 0 over them). What
     holds on every seed is asserted, not a solve: a run's greedy evaluations go up and down by
-    100 or more between evaluations, and a screen of 10 episodes past -200 can confirm at -320
-    over 100. Measured on seeds 0-5 with 2 workers (2026-11-27, an Intel Xeon): the best
-    evaluation -319 to -156, the kept model -244 to -175 over 20 new episodes."""
+    100 or more between evaluations, a screen of 10 episodes past -200 can confirm at -320
+    over 100, and the kept model can be a lucky screen's (one episode in 20 that never swings
+    up costs about 65). Measured with 2 workers (2026-11-27, an Intel Xeon) on seeds 0-5: the
+    best evaluation -319 to -156, the kept model -244 to -175 over 20 new episodes; a second
+    run of seed 1: -218 and -344."""
     summary = asyncrl.train(
         env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=200_000,
         target_return=-200.0, run_dir=str(run_dir), progress=False,
     )  # fmt: skip
-    assert summary["best_eval_return"] >= -400, summary
+    assert summary["best_eval_return"] >= -350, summary
     returns = asyncrl.evaluate(run_dir, episodes=20, seed=10**6)  # the Gaussian's mean
-    assert sum(returns) / len(returns) >= -300, returns
+    assert sum(returns) / len(returns) >= -400, returns
