@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -104,7 +105,6 @@ class Evaluator:
         self._pending = 0  # submitted, not yet taken back (only the caller's thread counts)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()  # close(): end the evaluation under way
-        self._confirm_envs: Any = None  # the evaluator thread's, as its screen's envs
 
     @property
     def busy(self) -> bool:
@@ -160,7 +160,17 @@ class Evaluator:
         torch.set_num_threads(1)
         from asyncrl.envs import make_eval_vec_env
 
-        envs: Any = None  # the screen's (the confirmation's: self._confirm_envs)
+        # envs by the episodes they play side by side: the screen's, and the confirmation's
+        # wider wave, each built at its first use
+        waves: dict[int, Any] = {}
+
+        def envs_for(episodes: int) -> Any:
+            if episodes not in waves:
+                waves[episodes] = make_eval_vec_env(
+                    self.env_id, episodes, self.seed, self.env_kwargs
+                )
+            return waves[episodes]
+
         rng = np.random.default_rng([self.seed, _EVAL_STREAM])
         policy: Policy | None = None
         try:
@@ -173,12 +183,8 @@ class Evaluator:
                         model = build_model(self.spec)
                         flat = flatten_parameters(model)
                         policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
-                    if envs is None:
-                        envs = make_eval_vec_env(
-                            self.env_id, self.episodes, self.seed, self.env_kwargs
-                        )
                     load_snapshot(policy.model, flat, snap)
-                    returns, confirmed, screen = self._play(policy, envs, index, rng)
+                    returns, confirmed, screen = self._play(policy, envs_for, index, rng)
                     seconds = time.perf_counter() - t0
                     ev = Evaluation(
                         index, step, wall, tuple(returns), seconds, snap, None, confirmed, screen
@@ -189,33 +195,28 @@ class Evaluator:
                     ev = Evaluation(index, step, wall, (), time.perf_counter() - t0, None, str(e))
                 self._results.put(ev)
         finally:
-            for vec in (envs, self._confirm_envs):
-                if vec is not None:
-                    vec.close()
+            for vec in waves.values():
+                vec.close()
 
     def _play(
-        self, policy: Policy, envs: Any, index: int, rng: np.random.Generator
+        self,
+        policy: Policy,
+        envs_for: Callable[[int], Any],
+        index: int,
+        rng: np.random.Generator,
     ) -> tuple[list[float], bool, float]:
         """The screen's returns; where they reach the target, the confirmation's instead (new
         episodes: the screen's were picked for passing, so they would bias the mean up). And
         whether it was confirmed, and the screen's seconds."""
-        from asyncrl.envs import make_eval_vec_env
-
         t0 = time.perf_counter()
         n = self.confirm[1] if self.confirm else 0
         seeds = eval_seeds(self.seed, index, self.episodes + n)
-        returns = play_episodes(
-            policy, envs, seeds[: self.episodes], self.deterministic, rng, stop=self._stop
-        )
+        play = partial(play_episodes, policy, deterministic=self.deterministic, rng=rng)
+        returns = play(envs_for(self.episodes), seeds[: self.episodes], stop=self._stop)
         screen = time.perf_counter() - t0
         if self.confirm is None or statistics.fmean(returns) < self.confirm[0]:
             return returns, False, screen
-        if self._confirm_envs is None:  # its own, wider wave, built at the first confirmation
-            self._confirm_envs = make_eval_vec_env(self.env_id, n, self.seed, self.env_kwargs)
-        more = play_episodes(
-            policy, self._confirm_envs, seeds[self.episodes :], self.deterministic, rng,
-            stop=self._stop,
-        )  # fmt: skip
+        more = play(envs_for(n), seeds[self.episodes :], stop=self._stop)
         return more, True, screen
 
 
