@@ -257,12 +257,28 @@ class ConvEncoder(nn.Module):
             # conversion, which keeps the layout: uint8 pixels are a quarter of the bytes. The
             # acting pass, without gradients, keeps NCHW: there NHWC measured no faster.
             x = x.contiguous(memory_format=torch.channels_last)
-        if self.in_bfloat16:
-            return self._forward_bfloat16(x)
-        x = as_float(x)
-        for conv in self.convs:
-            x = F.relu(conv(x))
-        return F.relu(self.fc(x.flatten(1)))
+        # The convolutions and the fc layer, nearly all of the network's arithmetic, in
+        # bfloat16 with --precision bfloat16, on the CPU's AMX or AVX-512 BF16 units: the
+        # learning pass takes 0.5-0.65 of float32's time (cpu_has_bfloat16_units). Their
+        # gradients come back float32 to the float32 parameters, and the features leave as
+        # float32, so the heads' log-probabilities, the PPO ratio and the losses keep
+        # float32's precision.
+        first: nn.Conv2d
+        first, *rest = self.convs  # type: ignore[assignment]
+        with torch.autocast("cpu", torch.bfloat16, enabled=self.in_bfloat16):
+            if x.dtype == torch.uint8:
+                # pixels 0-255 are exact in either precision: the 1/255 goes into the first
+                # layer's few weights instead of a pass over the batch (a tenth of a bfloat16
+                # learning pass)
+                dtype = torch.bfloat16 if self.in_bfloat16 else torch.float32
+                x = first._conv_forward(x.to(dtype), first.weight * (1.0 / 255.0), first.bias)
+            else:
+                x = first(as_float(x))
+            x = F.relu(x)
+            for conv in rest:
+                x = F.relu(conv(x))
+            x = F.relu(self.fc(x.flatten(1)))
+        return x.float()
 
     def learning_layout(self, obs: np.ndarray) -> np.ndarray | None:
         """``obs`` ``(..., C, H, W)`` copied into the layout the learning pass reads, NHWC
@@ -272,30 +288,10 @@ class ConvEncoder(nn.Module):
         that. On Pong, 2-5% more frames a second (docs/benchmarks.md, Pong in 30 minutes).
         Index it, then ``movedim(-1, -3)``: :meth:`forward` takes the result without a copy.
         None where the observations are NHWC already (MinAtar's)."""
-        return None if self.channels_last else np.ascontiguousarray(np.moveaxis(obs, -3, -1))
-
-    def _forward_bfloat16(self, x: torch.Tensor) -> torch.Tensor:
-        # The convolutions and the fc layer, nearly all of the network's arithmetic, on the
-        # CPU's AMX or AVX-512 BF16 units: the learning pass takes 0.5-0.65 of float32's time
-        # (cpu_has_bfloat16_units). Their gradients come back float32 to the float32
-        # parameters, and the features leave as float32, so the heads' log-probabilities, the
-        # PPO ratio and the losses keep float32's precision.
-        first: nn.Conv2d
-        first, *rest = self.convs  # type: ignore[assignment]
-        with torch.autocast("cpu", torch.bfloat16):
-            if x.dtype == torch.uint8:
-                # pixels 0-255 are exact in bfloat16: the 1/255 goes into the first layer's few
-                # weights instead of a pass over the batch (a tenth of the learning pass)
-                x = first._conv_forward(
-                    x.to(torch.bfloat16), first.weight * (1.0 / 255.0), first.bias
-                )
-            else:
-                x = first(as_float(x))
-            x = F.relu(x)
-            for conv in rest:
-                x = F.relu(conv(x))
-            x = F.relu(self.fc(x.flatten(1)))
-        return x.float()
+        if self.channels_last:
+            return None
+        # torch's strided copy is about twice numpy's for this transpose (29 MB a Pong rollout)
+        return torch.from_numpy(obs).movedim(-3, -1).contiguous().numpy()
 
 
 def build_normalizer(spec: ModelSpec) -> ObsNormalizer | None:
