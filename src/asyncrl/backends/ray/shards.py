@@ -16,10 +16,20 @@ import numpy as np
 
 from asyncrl.messages import GlobalSnapshot
 
+#: where the slices start: a multiple of the optimizer kernels' vector width (16 floats with
+#: AVX-512). Torch's fused Adam rounds the few elements past the last whole vector of a tensor
+#: otherwise than those inside one, so K servers apply exactly one server's update only if
+#: every slice but the last is whole vectors.
+SHARD_ALIGN = 64
+
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
-    """Contiguous, nearly equal slices of the flat parameter vector, one per server."""
+    """Contiguous, nearly equal slices of the flat parameter vector, one per server, each
+    starting at a multiple of :data:`SHARD_ALIGN` (unless that would leave one empty)."""
     edges = [n * k // shards for k in range(shards + 1)]
+    aligned = [0, *(e - e % SHARD_ALIGN for e in edges[1:-1]), n]
+    if all(a < b for a, b in itertools.pairwise(aligned)):
+        edges = aligned
     return list(itertools.pairwise(edges))
 
 
