@@ -197,15 +197,15 @@ def test_a_recurrent_agent_remembers_what_an_mlp_cannot_see(core, run_dir, seed)
 @pytest.mark.slow
 def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     """Box actions: APPO with the control preset (picked from the env) takes Pendulum-v1 from
-    random play (about -1,200) towards -200 in 200k steps (the lr anneals to 0 over them). What
+    random play (about -1,200) towards -200 in 300k steps (the lr anneals to 0 over them). What
     holds on every seed is asserted, not a solve: a run's greedy evaluations go up and down by
     100 or more between evaluations, a screen of 10 episodes past -200 can confirm at -320
     over 100, and the kept model can be a lucky screen's (one episode in 20 that never swings
     up costs about 65). Measured with 2 workers (2026-11-27, an Intel Xeon) on seeds 0-5: the
-    best evaluation -319 to -156, the kept model -244 to -175 over 20 new episodes; a second
-    run of seed 1: -218 and -344."""
+    best evaluation -278 to -165, the kept model -284 to -177 over 20 new episodes. At 200k
+    steps one run in 13 (seed 4) never evaluated above -350 (its training games -286)."""
     summary = asyncrl.train(
-        env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=200_000,
+        env="Pendulum-v1", algo="appo", workers=2, seed=seed, steps=300_000,
         target_return=-200.0, run_dir=str(run_dir), progress=False,
     )  # fmt: skip
     assert summary["best_eval_return"] >= -350, summary
