@@ -89,10 +89,11 @@ class SharedAdam:
         lr = self.lr if lr is None else lr
         b1, b2 = self.betas
         self.step_count.add_(1)
-        # torch.optim.Adam's fused CPU kernel: one pass over the four vectors where the
-        # arithmetic written out takes nine, each reading memory the emulators have evicted
-        # from the caches (a third of an APPO Pong worker's optimizer step). It reads the
-        # step as a float tensor, which is this worker's view of the shared counter.
+        # The kernel torch.optim.Adam(fused=True) runs on CPU (private by name, stable with
+        # torch pinned): one pass over the four vectors where the arithmetic written out made
+        # nine, each over memory the emulators had evicted from the caches; on Pong a third of
+        # the time (docs/benchmarks.md#the-shared-adam-step-the-inputs-scale-and-the-rollouts-
+        # layout). It reads the step as a float tensor: this worker's view of the shared count.
         t = torch.tensor(float(self.step_count.item()))
         torch._fused_adam_(
             [self.params], [grad], [self.exp_avg], [self.exp_avg_sq], [], [t],
