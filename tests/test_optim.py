@@ -92,6 +92,23 @@ def test_shared_adam_matches_torch_adam():
     assert int(opt.step_count) == 5
 
 
+def test_shared_adam_takes_any_layout_and_dtype_of_the_gradient_and_refuses_a_wrong_size():
+    # the fused kernel reads a gradient's memory as contiguous float32: a strided or float64
+    # gradient must step as its contiguous float32 copy does, a short one must not be read past
+    g = torch.arange(1.0, 21.0)
+    steps = []
+    for grad in (g[::2], g[::2].contiguous(), g[::2].double()):
+        opt = SharedAdam(torch.zeros(10), lr=0.01)
+        opt.step(grad)
+        opt.step(grad * 2)
+        steps.append(opt.params.clone())
+    assert torch.equal(steps[0], steps[1]) and torch.equal(steps[2], steps[1])
+    opt = SharedAdam(torch.zeros(10), lr=0.01)
+    with pytest.raises(ValueError, match="shape"):
+        opt.step(torch.ones(9))
+    assert int(opt.step_count) == 0 and torch.equal(opt.params, torch.zeros(10))
+
+
 def test_state_lives_in_shared_memory_before_workers_start():
     theta = torch.zeros(4).share_memory_()
     assert SharedRMSprop(theta, 0.1).square_avg.is_shared()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -265,7 +266,7 @@ class ConvEncoder(nn.Module):
         # float32's precision.
         first: nn.Conv2d
         first, *rest = self.convs  # type: ignore[assignment]
-        with torch.autocast("cpu", torch.bfloat16, enabled=self.in_bfloat16):
+        with torch.autocast("cpu", torch.bfloat16) if self.in_bfloat16 else nullcontext():
             if x.dtype == torch.uint8:
                 # pixels 0-255 are exact in either precision: the 1/255 goes into the first
                 # layer's few weights instead of a pass over the batch (a tenth of a bfloat16

@@ -86,6 +86,10 @@ class SharedAdam:
         self.step_count = torch.zeros(1, dtype=torch.int64).share_memory_()
 
     def step(self, grad: torch.Tensor, lr: float | None = None) -> None:
+        if grad.shape != self.params.shape:
+            raise ValueError(
+                f"a gradient of shape {tuple(grad.shape)} for {self.params.numel()} parameters"
+            )
         lr = self.lr if lr is None else lr
         b1, b2 = self.betas
         self.step_count.add_(1)
@@ -93,7 +97,10 @@ class SharedAdam:
         # torch pinned): one pass over the four vectors where the arithmetic written out made
         # nine, each over memory the emulators had evicted from the caches; on Pong a third of
         # the time (docs/benchmarks.md#the-shared-adam-step-the-inputs-scale-and-the-rollouts-
-        # layout). It reads the step as a float tensor: this worker's view of the shared count.
+        # layout). It reads the step as a float tensor (this worker's view of the shared
+        # count), and the gradient's memory as contiguous float32 whatever it is given: hence
+        # the conversion, free for the flat float32 gradients the stores pass.
+        grad = grad.to(self.params.dtype).contiguous()
         t = torch.tensor(float(self.step_count.item()))
         torch._fused_adam_(
             [self.params], [grad], [self.exp_avg], [self.exp_avg_sq], [], [t],

@@ -25,11 +25,14 @@ SHARD_ALIGN = 64
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
     """Contiguous, nearly equal slices of the flat parameter vector, one per server, each
-    starting at a multiple of :data:`SHARD_ALIGN` (unless that would leave one empty)."""
-    edges = [n * k // shards for k in range(shards + 1)]
-    aligned = [0, *(e - e % SHARD_ALIGN for e in edges[1:-1]), n]
-    if all(a < b for a, b in itertools.pairwise(aligned)):
-        edges = aligned
+    starting at a multiple of :data:`SHARD_ALIGN`; a vector of fewer blocks of that size than
+    there are servers (a toy model) is cut anywhere, and its servers match one server's
+    update to rounding only."""
+    blocks = -(-n // SHARD_ALIGN)
+    if blocks >= shards:
+        edges = [0, *(SHARD_ALIGN * (blocks * k // shards) for k in range(1, shards)), n]
+    else:
+        edges = [n * k // shards for k in range(shards + 1)]
     return list(itertools.pairwise(edges))
 
 
