@@ -151,6 +151,8 @@ class APPO(A3C):
         logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
         mask = torch.from_numpy(rollout.valid[times, envs]).float()
         n = float(times.size)  # a mean over the minibatch's transitions
+        # against the recorded mu; with --vtrace the advantages already hold rho = min(rho_bar,
+        # pi/mu), so the ratio weights them again: Sample Factory's combination (docs/algorithms.md)
         log_ratio = logp - torch.from_numpy(rollout.logp[times, envs])
         ratio = log_ratio.exp()
         a = torch.from_numpy(adv[times, envs])
