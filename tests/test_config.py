@@ -83,6 +83,19 @@ def test_a_preset_sets_only_what_the_algorithm_reads(algo):
     assert (cfg.value_coef == 0.25) is (not q)
 
 
+def test_the_atari_preset_starts_rmsprop_at_1_and_adam_gets_no_rmsprop_start():
+    """A3C and the Q methods on Atari start RMSProp's average at 1 (TensorFlow's, and the
+    RMSProp of the A2C whose settings the preset took); APPO's Adam, or --optimizer adam, has
+    no such start, and a run that names one gets its own."""
+    for algo in ("a3c", "nstep-q"):
+        assert preset("atari", env="PongNoFrameskip-v4", algo=algo).validate().rms_init == 1.0
+    assert preset("atari", env="PongNoFrameskip-v4", algo="appo").validate().rms_init is None
+    adam = preset("atari", env="PongNoFrameskip-v4", algo="a3c", optimizer="adam").validate()
+    assert adam.optimizer == "adam" and adam.rms_init is None
+    assert preset("atari", env="PongNoFrameskip-v4", algo="a3c", rms_init=0.0).rms_init == 0.0
+    assert preset("cartpole", algo="a3c").rms_init is None  # the backend's start (0; Ray 1)
+
+
 def test_appo_puts_ppos_setting_over_the_envs_preset():
     """--algo appo layers PPO's optimiser over the env's preset, and the preset's own APPO
     shape on top (Atari: PPO's Atari setting); the A3C preset underneath is untouched."""

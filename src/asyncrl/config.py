@@ -173,7 +173,8 @@ class Config:
     """RMSProp's average of squared gradients at the start: 0 (torch.optim.RMSprop) or 1
     (TensorFlow, Baselines' and SB3's A2C): from 1 the first updates are a warm-up, where from 0
     with a small --eps they move every parameter by up to lr / sqrt(1 - rms-alpha) (default: 1
-    with --backend ray, whose stale gradients repeat those moves, 0 elsewhere)"""
+    with --backend ray, whose stale gradients repeat those moves, and in the atari preset; 0
+    elsewhere)"""
     eps: float = 1e-5
     """optimizer epsilon; RMSProp puts it inside the square root as the paper does (paper: 0.1)"""
     entropy_coef: float = 0.01
@@ -797,6 +798,12 @@ _PRESETS: dict[str, dict[str, Any]] = {
         entropy_coef=0.01,
         value_coef=0.25,
         max_grad_norm=0.5,
+        # RMSProp's average of squared gradients from 1, as in the TensorFlow-like RMSProp of
+        # the A2C whose eps this preset took (SB3's RMSpropTFLike): from 0 the first updates
+        # move every weight by up to 10x lr, and on Pong A3C then never took off on 3 runs of
+        # 9, the conv features dead; from 1 it took off on 4 of 4 (docs/benchmarks.md, A3C
+        # against APPO). Adam's presets drop it (preset)
+        rms_init=1.0,
         lr_schedule="linear",
         steps=10_000_000,
         target_update=10_000,
@@ -977,6 +984,8 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
     if algo == "appo":
         values |= _APPO | _APPO_BY_PRESET.get(name, {})
     values = {k: v for k, v in values.items() if algo in ALGO_ONLY.get(k, (algo,))}
+    if {**values, **overrides}.get("optimizer", Config.optimizer) != "rmsprop":
+        values.pop("rms_init", None)  # RMSProp's start: nothing to Adam (APPO's layer)
     return Config(**{**values, **overrides})
 
 

@@ -134,7 +134,8 @@ def make_optimizer(cfg: Config, params: torch.Tensor) -> SharedOptimizer:
 
 
 def rms_start(cfg: Config) -> float:
-    """RMSProp's starting average of squared gradients: ``--rms-init``, else the backend's."""
+    """RMSProp's starting average of squared gradients: ``--rms-init`` (or the preset's: 1 on
+    Atari), else the backend's."""
     return cfg.rms_init if cfg.rms_init is not None else rms_init_for(cfg.backend)
 
 
