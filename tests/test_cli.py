@@ -11,6 +11,7 @@ import pytest
 
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.cli import main
+from asyncrl.config import Config
 
 QUICK = ["--steps", "3000", "--workers", "1", "--backend", "threads", "--no-progress"]
 
@@ -128,6 +129,17 @@ def test_metrics_csv_holds_the_learners_diagnostics(run_dir):
     acc = EventAccumulator(str(run_dir / "tb"))
     acc.Reload()
     assert {"loss/entropy", "train/grad_norm", "train/learning_rate"} <= set(acc.Tags()["scalars"])
+
+
+def test_an_annealed_entropy_bonus_is_logged_at_each_rows_step(run_dir):
+    assert main(["train", *QUICK, "--run-dir", str(run_dir), "--entropy-final", "0"]) == 0
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    cfg = Config(**json.loads((run_dir / "config.json").read_text()))
+    for row in rows:  # 0.01 annealed to 0 over the step budget, as the lr
+        beta = float(row["train_entropy_coef"])
+        assert beta == pytest.approx(cfg.entropy_coef_at(int(row["global_step"])), rel=1e-6)
+    assert float(rows[-1]["train_entropy_coef"]) < cfg.entropy_coef
 
 
 def test_existing_run_directory_is_never_overwritten(run_dir, capsys):

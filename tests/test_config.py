@@ -203,3 +203,27 @@ def test_every_algorithm_says_which_action_spaces_it_takes():
 
     assert set(ACTION_KINDS) == set(REGISTRY)
     assert ACTION_KINDS["a3c"] == ("discrete", "box") and ACTION_KINDS["nstep-q"] == ("discrete",)
+
+
+def test_the_entropy_schedule_anneals_linearly_then_holds_and_defaults_to_the_budget():
+    cfg = Config(entropy_coef=0.02, entropy_final=0.004, entropy_anneal_steps=400)
+    assert [cfg.entropy_coef_at(s) for s in (0, 100, 400, 4000)] == pytest.approx(
+        [0.02, 0.016, 0.004, 0.004]
+    )
+    budget = Config(entropy_coef=0.01, entropy_final=0.0, steps=1000)  # over --steps
+    assert budget.entropy_coef_at(250) == pytest.approx(0.0075)
+    assert Config(entropy_coef=0.03).entropy_coef_at(10**9) == 0.03  # constant by default
+
+
+@pytest.mark.parametrize(
+    "options, flag",
+    [
+        (dict(entropy_final=-0.1), "--entropy-final"),
+        (dict(entropy_final=0.0, entropy_anneal_steps=0), "--entropy-anneal-steps"),
+        (dict(entropy_anneal_steps=1000), "--entropy-anneal-steps"),  # without a final value
+        (dict(algo="onestep-q", entropy_final=0.0), "--entropy-final"),  # no entropy bonus
+    ],
+)
+def test_entropy_schedule_options_out_of_place_are_refused(options, flag):
+    with pytest.raises(UserError, match=flag):
+        Config(**options).validate()

@@ -179,6 +179,13 @@ class Config:
     """optimizer epsilon; RMSProp puts it inside the square root as the paper does (paper: 0.1)"""
     entropy_coef: float = 0.01
     """A3C, APPO: weight beta of the entropy bonus, which rewards entropy (paper: 0.01)"""
+    entropy_final: float | None = None
+    """A3C, APPO: anneal the entropy bonus linearly from --entropy-coef to this over
+    --entropy-anneal-steps, then hold it (RLlib's entropy_coeff_schedule; paper: none, a constant
+    beta); default: constant"""
+    entropy_anneal_steps: int | None = None
+    """A3C, APPO: global steps over which --entropy-final is reached (default: the step budget,
+    as the lr's schedule)"""
     value_coef: float = 0.5
     """A3C, APPO: weight of the value loss (R - V)^2"""
     max_grad_norm: float = 40.0
@@ -267,6 +274,14 @@ class Config:
                 setattr(self, f.name, max(1, round(int(value) / _frames_per_step(self.env))))
 
     # ---------------------------------------------------------------- derived and checks
+    def entropy_coef_at(self, global_step: int) -> float:
+        """The entropy bonus's weight at ``global_step``: --entropy-coef, annealed linearly to
+        --entropy-final over --entropy-anneal-steps (the step budget by default) where given."""
+        if self.entropy_final is None:
+            return self.entropy_coef
+        frac = min(1.0, global_step / (self.entropy_anneal_steps or self.steps))
+        return self.entropy_coef + frac * (self.entropy_final - self.entropy_coef)
+
     @property
     def hidden_sizes(self) -> tuple[int, ...]:
         if self.hidden is not None:
@@ -501,6 +516,21 @@ class Config:
             "GAE always bootstraps; drop --missing zero or --gae-lambda",
         )
         _need(self.entropy_coef >= 0.0, "entropy-coef", f"must be >= 0, got {self.entropy_coef}")
+        _need(
+            self.entropy_final is None or self.entropy_final >= 0.0,
+            "entropy-final",
+            f"must be >= 0, got {self.entropy_final}",
+        )
+        _need(
+            self.entropy_anneal_steps is None or self.entropy_anneal_steps >= 1,
+            "entropy-anneal-steps",
+            f"must be >= 1, got {self.entropy_anneal_steps}",
+        )
+        _need(
+            self.entropy_anneal_steps is None or self.entropy_final is not None,
+            "entropy-anneal-steps",
+            "says how fast the bonus anneals to --entropy-final: give --entropy-final too",
+        )
         _need(self.value_coef >= 0.0, "value-coef", f"must be >= 0, got {self.value_coef}")
         policy_gradient = self.algo in ("a3c", "appo")
         _need(
@@ -695,6 +725,8 @@ ALGO_ONLY: dict[str, tuple[str, ...]] = {
     "gae_lambda": POLICY_GRADIENT,
     "normalize_advantage": POLICY_GRADIENT,
     "entropy_coef": POLICY_GRADIENT,
+    "entropy_final": POLICY_GRADIENT,
+    "entropy_anneal_steps": POLICY_GRADIENT,
     "value_coef": POLICY_GRADIENT,
     "epochs": ("appo",),
     "minibatches": ("appo",),

@@ -101,6 +101,19 @@ def test_entropy_bonus_rewards_entropy():
     assert after["loss/entropy"] > stats["loss/entropy"]
 
 
+def test_the_entropy_bonus_anneals_with_the_global_step_a_rollout_starts_at():
+    # beta from 0.01 to 0.001 over 1,000 steps, then held: 0.0055 halfway; the rest of the loss
+    # is test_loss_by_hand's policy term (A = [1.5, 1] under a uniform policy, no critic weight)
+    algo, model = make(
+        entropy_coef=0.01, entropy_final=0.001, entropy_anneal_steps=1000, value_coef=0.0
+    )
+    log2 = math.log(2)
+    for step, beta in [(0, 0.01), (500, 0.0055), (1000, 0.001), (10**6, 0.001)]:
+        algo.begin_rollout(model, step)
+        loss, _ = algo.loss(model, rollout([1.0, 1.0]))
+        assert float(loss.detach()) == pytest.approx(log2 * 1.25 - beta * log2, rel=1e-6), step
+
+
 def test_advantage_is_detached_from_the_critic():
     algo, model = make(value_bias=0.5, entropy_coef=0.0, value_coef=0.0)
     loss, _ = algo.loss(model, rollout([1.0, 1.0], actions=[0, 1]))

@@ -224,6 +224,22 @@ def test_the_targets_take_the_acted_values_or_with_vtrace_a_pass_at_the_learners
         np.testing.assert_allclose(returns, gae + values[:-1], rtol=1e-5, atol=1e-5)
 
 
+def test_each_minibatch_weighs_the_entropy_by_the_beta_of_its_rollouts_start():
+    # the same rollout and parameters learnt at two points of the schedule: the losses differ
+    # by exactly the change of beta times the minibatch's entropy (0.01 -> 0 over 100 steps)
+    algo, model = algo_and_model(APPO, entropy_final=0.0, entropy_anneal_steps=100)
+    ro = random_rollout(INFO)
+    as_acted(model, algo, ro)
+    losses = {}
+    for step in (0, 25):
+        algo.begin_rollout(model, step)
+        losses[step], stats = algo.loss(model, ro)
+    gap = float((losses[25] - losses[0]).detach())
+    # float32 losses of about 1: their difference is good to about 1e-7
+    assert gap == pytest.approx((0.01 - 0.0075) * stats["loss/entropy"], abs=1e-6)
+    assert stats["loss/entropy"] > 0.5  # near-uniform over 3 actions: the test measures beta
+
+
 def test_value_clip_limits_the_values_move():
     appo, model = algo_and_model(APPO, epochs=1, minibatches=1, value_clip=0.1)
     ro = random_rollout(INFO)

@@ -9,7 +9,9 @@ Per rollout of up to t_max steps (of each of the worker's envs):
     rollout ends rather than those that acted; see :meth:`A3C.targets`)
     loss  = -log pi(a_t|s_t) * A_t                 policy gradient, A_t detached
             + value_coef * (R_t - V(s_t))^2        critic
-            - entropy_coef * H(pi(.|s_t))          the bonus *rewards* entropy
+            - beta * H(pi(.|s_t))                  the bonus *rewards* entropy: beta is
+                                                   --entropy-coef (annealed to --entropy-final
+                                                   where given: Config.entropy_coef_at)
 
 pi is whatever distribution the action space calls for (softmax for Discrete, Gaussian for
 Box): this file only asks it for log_prob, entropy, sample and mode.
@@ -31,10 +33,14 @@ and the number of envs per worker.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from asyncrl.algos.base import Algorithm, model_spec_for
+from asyncrl.config import Config
+from asyncrl.envs import EnvInfo
 from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 from asyncrl.targets import gae_advantages, nstep_returns, vtrace
@@ -42,6 +48,15 @@ from asyncrl.targets import gae_advantages, nstep_returns, vtrace
 
 class A3C(Algorithm):
     name = "a3c"
+
+    def __init__(self, cfg: Config, info: EnvInfo):
+        super().__init__(cfg, info)
+        self.entropy_coef = cfg.entropy_coef_at(0)  # beta for the rollout being collected
+
+    def begin_rollout(self, model: Any, global_step: int) -> None:
+        super().begin_rollout(model, global_step)
+        # one beta a rollout, at the global step it starts from (as the lr is one an update)
+        self.entropy_coef = self.cfg.entropy_coef_at(global_step)
 
     def model_spec(self) -> ModelSpec:
         return model_spec_for(self.cfg, "actor-critic", self.info)
@@ -72,7 +87,7 @@ class A3C(Algorithm):
         policy_loss = -(logp_a * torch.from_numpy(adv) * mask).sum() / n
         value_loss = ((torch.from_numpy(returns) - v).pow(2) * mask).sum() / n
         entropy = (dist.entropy() * mask).sum() / n
-        loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+        loss = policy_loss + cfg.value_coef * value_loss - self.entropy_coef * entropy
         return loss, {
             "loss/policy_loss": float(policy_loss.detach()),
             "loss/value_loss": float(value_loss.detach()),

@@ -12,7 +12,7 @@ the behaviour log-probabilities the rollout recorded at acting time:
     ratio_t = pi(a_t|s_t) / mu(a_t|s_t)                          mu: the policy that acted
     L_pi    = -min(ratio_t A_t, clip(ratio_t, 1 - eps, 1 + eps) A_t)
     L_v     = (V(s_t) - R_t)^2        (or the larger of it and the clipped value's, --value-clip)
-    loss    = L_pi + value_coef L_v - entropy_coef H(pi(.|s_t))   (means over the minibatch)
+    loss    = L_pi + value_coef L_v - beta H(pi(.|s_t))   (means over the minibatch)
 
 The targets ``R_t`` and advantages ``A_t`` are computed once per rollout, before its first
 minibatch (A3C's :meth:`~asyncrl.algos.a3c.A3C.targets`: n-step or GAE(lambda)), from the values
@@ -166,7 +166,7 @@ class APPO(A3C):
             value_err = torch.max(value_err, (v_clipped - ret).pow(2))
         value_loss = (value_err * mask).sum() / n
         entropy = (dist.entropy() * mask).sum() / n
-        loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+        loss = policy_loss + cfg.value_coef * value_loss - self.entropy_coef * entropy
         with torch.no_grad():
             count = max(float(mask.sum()), 1.0)
             # Schulman's low-variance estimator of KL(mu || pi): (ratio - 1) - log ratio
