@@ -213,6 +213,12 @@ def test_the_entropy_schedule_anneals_linearly_then_holds_and_defaults_to_the_bu
     budget = Config(entropy_coef=0.01, entropy_final=0.0, steps=1000)  # over --steps
     assert budget.entropy_coef_at(250) == pytest.approx(0.0075)
     assert Config(entropy_coef=0.03).entropy_coef_at(10**9) == 0.03  # constant by default
+    # held at --entropy-coef until --entropy-anneal-from, then linear to the final value
+    late = Config(entropy_coef=0.01, entropy_final=0.002, entropy_anneal_from=100,
+                  entropy_anneal_steps=500)  # fmt: skip
+    assert [late.entropy_coef_at(s) for s in (0, 100, 300, 500, 600)] == pytest.approx(
+        [0.01, 0.01, 0.006, 0.002, 0.002]
+    )
 
 
 @pytest.mark.parametrize(
@@ -221,6 +227,12 @@ def test_the_entropy_schedule_anneals_linearly_then_holds_and_defaults_to_the_bu
         (dict(entropy_final=-0.1), "--entropy-final"),
         (dict(entropy_final=0.0, entropy_anneal_steps=0), "--entropy-anneal-steps"),
         (dict(entropy_anneal_steps=1000), "--entropy-anneal-steps"),  # without a final value
+        (dict(entropy_anneal_from=1000), "--entropy-anneal-from"),
+        (
+            dict(entropy_final=0.0, entropy_anneal_from=500, entropy_anneal_steps=500),
+            "--entropy-anneal-from",
+        ),
+        (dict(entropy_final=0.0, entropy_anneal_from=-1), "--entropy-anneal-from"),
         (dict(algo="onestep-q", entropy_final=0.0), "--entropy-final"),  # no entropy bonus
     ],
 )

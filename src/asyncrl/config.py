@@ -180,12 +180,15 @@ class Config:
     entropy_coef: float = 0.01
     """A3C, APPO: weight beta of the entropy bonus, which rewards entropy (paper: 0.01)"""
     entropy_final: float | None = None
-    """A3C, APPO: anneal the entropy bonus linearly from --entropy-coef to this over
-    --entropy-anneal-steps, then hold it (RLlib's entropy_coeff_schedule; paper: none, a constant
-    beta); default: constant"""
+    """A3C, APPO: anneal the entropy bonus linearly from --entropy-coef to this between the
+    global steps --entropy-anneal-from and --entropy-anneal-steps, then hold it (a piecewise
+    schedule like RLlib's entropy_coeff_schedule; paper: a constant beta); default: constant"""
+    entropy_anneal_from: int = 0
+    """A3C, APPO: the global step where --entropy-final's annealing starts (--entropy-coef until
+    then): a policy that has not yet learnt to score needs the bonus (docs/algorithms.md)"""
     entropy_anneal_steps: int | None = None
-    """A3C, APPO: global steps over which --entropy-final is reached (default: the step budget,
-    as the lr's schedule)"""
+    """A3C, APPO: the global step by which --entropy-final is reached (default: the step
+    budget, as the lr's schedule)"""
     value_coef: float = 0.5
     """A3C, APPO: weight of the value loss (R - V)^2"""
     max_grad_norm: float = 40.0
@@ -279,7 +282,8 @@ class Config:
         --entropy-final over --entropy-anneal-steps (the step budget by default) where given."""
         if self.entropy_final is None:
             return self.entropy_coef
-        frac = min(1.0, global_step / (self.entropy_anneal_steps or self.steps))
+        start, end = self.entropy_anneal_from, self.entropy_anneal_steps or self.steps
+        frac = min(1.0, max(0.0, (global_step - start) / (end - start)))
         return self.entropy_coef + frac * (self.entropy_final - self.entropy_coef)
 
     @property
@@ -526,10 +530,17 @@ class Config:
             "entropy-anneal-steps",
             f"must be >= 1, got {self.entropy_anneal_steps}",
         )
+        for name in ("entropy_anneal_from", "entropy_anneal_steps"):
+            _need(
+                getattr(self, name) == field_default(name) or self.entropy_final is not None,
+                _flag(name),
+                "says when the bonus anneals to --entropy-final: give --entropy-final too",
+            )
         _need(
-            self.entropy_anneal_steps is None or self.entropy_final is not None,
-            "entropy-anneal-steps",
-            "says how fast the bonus anneals to --entropy-final: give --entropy-final too",
+            0 <= self.entropy_anneal_from < (self.entropy_anneal_steps or self.steps),
+            "entropy-anneal-from",
+            f"must be >= 0 and below the step where the annealing ends (--entropy-anneal-steps, "
+            f"else --steps), got {self.entropy_anneal_from}",
         )
         _need(self.value_coef >= 0.0, "value-coef", f"must be >= 0, got {self.value_coef}")
         policy_gradient = self.algo in ("a3c", "appo")
@@ -726,6 +737,7 @@ ALGO_ONLY: dict[str, tuple[str, ...]] = {
     "normalize_advantage": POLICY_GRADIENT,
     "entropy_coef": POLICY_GRADIENT,
     "entropy_final": POLICY_GRADIENT,
+    "entropy_anneal_from": POLICY_GRADIENT,
     "entropy_anneal_steps": POLICY_GRADIENT,
     "value_coef": POLICY_GRADIENT,
     "epochs": ("appo",),
