@@ -105,12 +105,12 @@ def test_the_clip_stops_the_gradient_only_in_the_advantages_direction():
         loss, stats = next(iter(appo.updates(model, ro, None)))()
         assert stats["appo/clip_fraction"] == 1.0
         # the value and entropy terms aside: the policy term alone
-        appo.cfg.value_coef, appo.cfg.entropy_coef = 0.0, 0.0
+        appo.cfg.value_coef, appo.entropy_coef = 0.0, 0.0  # beta: the rollout's
         loss, _ = next(iter(appo.updates(model, ro, None)))()
         g = grad_of(model, loss)
         # A > 0 and ratio > 1 + eps: clipped, no gradient; A < 0: min takes the unclipped term
         assert (float(g.abs().max()) == 0.0) == clipped
-        appo.cfg.value_coef, appo.cfg.entropy_coef = 0.5, 0.01
+        appo.cfg.value_coef, appo.entropy_coef = 0.5, 0.01
 
 
 @pytest.mark.parametrize("core", ["none", "lstm"])
