@@ -279,7 +279,8 @@ class Config:
     # ---------------------------------------------------------------- derived and checks
     def entropy_coef_at(self, global_step: int) -> float:
         """The entropy bonus's weight at ``global_step``: --entropy-coef, annealed linearly to
-        --entropy-final over --entropy-anneal-steps (the step budget by default) where given."""
+        --entropy-final (where given) from the step --entropy-anneal-from to the step
+        --entropy-anneal-steps (the step budget by default), and held after."""
         if self.entropy_final is None:
             return self.entropy_coef
         start, end = self.entropy_anneal_from, self.entropy_anneal_steps or self.steps
@@ -537,7 +538,8 @@ class Config:
                 "says when the bonus anneals to --entropy-final: give --entropy-final too",
             )
         _need(
-            0 <= self.entropy_anneal_from < (self.entropy_anneal_steps or self.steps),
+            self.entropy_final is None
+            or 0 <= self.entropy_anneal_from < (self.entropy_anneal_steps or self.steps),
             "entropy-anneal-from",
             f"must be >= 0 and below the step where the annealing ends (--entropy-anneal-steps, "
             f"else --steps), got {self.entropy_anneal_from}",
