@@ -2,6 +2,7 @@
 as best_model.pt, --which, the evaluation stop rule, and resume."""
 
 import csv
+import dataclasses
 import json
 import time
 
@@ -17,6 +18,7 @@ from asyncrl.cli import main
 from asyncrl.errors import Interrupted, UserError
 from asyncrl.evaluation import eval_seeds
 from asyncrl.monitor import Monitor
+from asyncrl.plot import metric_series
 from asyncrl.rundir import RunDir
 
 
@@ -233,6 +235,35 @@ def test_a_resumed_run_fills_the_metrics_columns_its_first_run_named(tmp_path):
     for row in rows:  # every column filled after the resume as before it
         assert float(row["loss_entropy"]) == 0.6 and float(row["train_grad_norm"]) == 3.0
         assert float(row["train_learning_rate"]) > 0
+
+
+def test_a_statistic_new_after_a_resume_extends_the_metrics_header(tmp_path):
+    # --resume RUN --entropy-final B: the schedule's column did not exist in the first run
+    stats = {"loss/entropy": (1.2, 2)}
+    first = asyncrl.Config(tensorboard=False, progress=False, steps=1000)
+    with Monitor(RunDir(tmp_path), first, target_return=100.0) as monitor:
+        monitor.add_stats(stats)
+        monitor.write_metrics()
+        saved = monitor.state_dict()
+    annealed = dataclasses.replace(first, entropy_final=0.0)
+    with Monitor(RunDir(tmp_path), annealed, target_return=100.0, state=saved) as resumed:
+        resumed.global_step = 500
+        for _ in range(2):  # the second row finds the column in place
+            resumed.add_stats(stats)
+            resumed.write_metrics()
+        resumed_state = resumed.state_dict()
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0][-1] == "train_entropy_coef" and len(rows) == 4
+    assert all(len(row) == len(rows[0]) for row in rows)
+    assert rows[1][-1] == "" and float(rows[3][-1]) == pytest.approx(0.005)
+    assert [float(row[rows[0].index("loss_entropy")]) for row in rows[1:]] == [0.6] * 3
+    # the checkpoint's byte offset is the extended file's end: a second resume cuts nothing
+    assert resumed_state["metrics_bytes"] == (tmp_path / "metrics.csv").stat().st_size
+    # asyncrl plot draws the new column from where it starts, the old ones throughout
+    series = metric_series(tmp_path / "metrics.csv")
+    assert series["train_entropy_coef"] == ([500.0, 500.0], [0.005, 0.005])
+    assert series["loss_entropy"][0] == [0.0, 500.0, 500.0]
 
 
 def test_the_main_process_writes_its_models_on_one_thread_and_restores_the_callers(

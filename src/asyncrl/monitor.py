@@ -30,7 +30,7 @@ def _open_csv(path: Any, size: int | None) -> IO[str]:
     """A new CSV file, or (resume) the old one cut back to ``size`` bytes: rows past the
     checkpoint are dropped (the resumed run makes them again); new rows are appended."""
     if size is None:
-        return open(path, "w", newline="")
+        return open(path, "w+", newline="")  # w+: a header extended reads it back
     f = open(path, "a+", newline="")  # noqa: SIM115 (a+: created if a run had no row yet)
     f.truncate(size)
     f.seek(size)
@@ -204,12 +204,29 @@ class Monitor:
         if self._metrics_columns is None:
             self._metrics_columns = sorted(named)
             self._metrics.writerow(["global_step", "wall_seconds", *self._metrics_columns])
+        elif added := sorted(set(named) - set(self._metrics_columns)):
+            self._add_metrics_columns(added)
         row = [self.global_step, f"{self.elapsed():.3f}"]
         row += [f"{named[k]:.6g}" if k in named else "" for k in self._metrics_columns]
         self._metrics.writerow(row)
         if self._tb is not None:
             for k, v in means.items():
                 self._tb.add_scalar(k, v, self.global_step)
+
+    def _add_metrics_columns(self, added: list[str]) -> None:
+        """Extend metrics.csv by ``added`` columns, the rows so far blank in them (as SB3's
+        CSV logger does): a run resumed with a statistic its first run lacked (an entropy
+        schedule given on ``--resume``) keeps it, where a fixed header would drop it."""
+        assert self._metrics_columns is not None
+        self._metrics_file.flush()
+        self._metrics_file.seek(0)
+        rows = list(csv.reader(self._metrics_file))
+        self._metrics_columns += added
+        rows[0] = ["global_step", "wall_seconds", *self._metrics_columns]
+        rows[1:] = [row + [""] * len(added) for row in rows[1:]]
+        self._metrics_file.seek(0)
+        self._metrics_file.truncate()
+        csv.writer(self._metrics_file).writerows(rows)
 
     def state_dict(self) -> dict:
         self._csv_file.flush()

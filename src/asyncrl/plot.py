@@ -172,21 +172,35 @@ def metrics_path(curve: Path) -> Path:
     return curve.with_name(f"{curve.stem}_metrics.png")
 
 
+def metric_series(csv_path: Path) -> dict[str, tuple[list[float], list[float]]]:
+    """Each statistic of metrics.csv as (global steps, values) over the rows that hold it: a
+    column a resumed run added (blank before the resume) starts where the resume did."""
+    points: dict[str, tuple[list[float], list[float]]] = {}
+    with open(csv_path, newline="") as f:
+        for row in csv.DictReader(f):
+            step = row.pop("global_step", None)
+            row.pop("wall_seconds", None)
+            for k, v in row.items():
+                if step and v not in ("", None):
+                    xs, ys = points.setdefault(k, ([], []))
+                    xs.append(float(step))
+                    ys.append(float(v))
+    return points
+
+
 def plot_metrics(csv_path: Path, out: Path) -> Path:
     """One small panel per statistic of metrics.csv against the global step."""
     import matplotlib.pyplot as plt
 
-    cols = read_csv(csv_path)
-    steps = cols.pop("global_step", [])
-    cols.pop("wall_seconds", None)
-    names = [k for k, v in cols.items() if len(v) == len(steps)]
+    points = metric_series(csv_path)
+    names = list(points)
     if not names:
         return out
     ncols = 3
     nrows = (len(names) + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(11, 2.6 * nrows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
-        ax.plot(steps, cols[name], lw=1.2)
+        ax.plot(*points[name], lw=1.2)
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
