@@ -266,6 +266,19 @@ def test_a_statistic_new_after_a_resume_extends_the_metrics_header(tmp_path):
     assert series["loss_entropy"][0] == [0.0, 500.0, 500.0]
 
 
+def test_a_statistic_first_sent_mid_run_gets_a_column_too(tmp_path):
+    cfg = asyncrl.Config(tensorboard=False, progress=False)
+    with Monitor(RunDir(tmp_path), cfg, target_return=100.0) as monitor:
+        monitor.add_stats({"loss/entropy": (1.2, 2)})
+        monitor.write_metrics()
+        monitor.add_stats({"loss/entropy": (1.0, 2), "train/policy_lag": (6.0, 2)})
+        monitor.write_metrics()
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["train_policy_lag"] for row in rows] == ["", "3"]
+    assert [row["loss_entropy"] for row in rows] == ["0.6", "0.5"]
+
+
 def test_the_main_process_writes_its_models_on_one_thread_and_restores_the_callers(
     run_dir, monkeypatch
 ):
