@@ -458,6 +458,28 @@ def test_a_worker_waits_for_a_cpu_without_holding_up_the_run_and_a_joining_node_
         cluster.remove_node(joined)
 
 
+@pytest.mark.slow
+def test_a_worker_that_never_gets_a_cpu_does_not_hold_up_the_runs_end(cluster, run_dir):
+    # three workers on a cluster of two CPUs and no node joining: the third never starts, and
+    # the run must still end at its budget (it once waited for that worker for ever: a lost
+    # node's worker, re-placed with no CPU free, kept a run that did not solve going)
+    result: dict = {}
+    thread = _train_in_thread(
+        result,
+        address=cluster.address,
+        workers=3,
+        seed=4,
+        steps=60_000,
+        target_return=1e9,
+        run_dir=str(run_dir),
+    )
+    thread.join(300)
+    assert not thread.is_alive()
+    s = result["summary"]
+    assert s["total_steps"] >= 60_000 and s["ended"] == "budget"
+    assert s["nodes"] == 2 and s["workers_lost"] == 0
+
+
 def test_the_cli_starts_a_local_cluster_trains_and_ends_it(cluster, tmp_path):
     """``asyncrl train --backend ray`` without ``--address``: Ray starts (while PyTorch is
     imported), the run trains, and the command ends the cluster it started."""

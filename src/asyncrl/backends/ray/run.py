@@ -171,6 +171,11 @@ class RayRun:
         # so its episodes are in this drain; and if the server is dead this raises, before the
         # workers' failures that follow from it could count as worker faults.
         stream, self.steps, heard = self._server(self.server.drain.remote())
+        if self.stopped_at is None and self.steps >= self.cfg.steps:
+            # the budget is spent: the loops end on their own, and the run ends as at a stop,
+            # so that a worker still waiting for a CPU (its node lost, none free) is dropped
+            # rather than waited for, and a loop silent past STOP_GRACE_S with it
+            self.stopped_at = time.monotonic()
         msgs.extend(self._hung(heard))
         return [*stream, *msgs]
 
