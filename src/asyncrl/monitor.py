@@ -215,8 +215,9 @@ class Monitor:
 
     def _add_metrics_columns(self, added: list[str]) -> None:
         """Extend metrics.csv by ``added`` columns, the rows so far blank in them (as SB3's
-        CSV logger does): a run resumed with a statistic its first run lacked (an entropy
-        schedule given on ``--resume``) keeps it, where a fixed header would drop it."""
+        CSV logger does), where a header fixed at the first row would drop them: on Ray the
+        first row is the server's alone (learning rate, policy lag) and the learners' losses
+        come after it; a run resumed with an entropy schedule adds its coefficient."""
         assert self._metrics_columns is not None
         self._metrics_file.flush()
         self._metrics_file.seek(0)

@@ -174,7 +174,7 @@ def metrics_path(curve: Path) -> Path:
 
 def metric_series(csv_path: Path) -> dict[str, tuple[list[float], list[float]]]:
     """Each statistic of metrics.csv as (global steps, values) over the rows that hold it: a
-    column a resumed run added (blank before the resume) starts where the resume did."""
+    column added mid-file (blank in the rows before it) starts where it was added."""
     points: dict[str, tuple[list[float], list[float]]] = {}
     with open(csv_path, newline="") as f:
         for row in csv.DictReader(f):
