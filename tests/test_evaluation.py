@@ -258,12 +258,41 @@ def test_a_statistic_new_after_a_resume_extends_the_metrics_header(tmp_path):
     assert all(len(row) == len(rows[0]) for row in rows)
     assert rows[1][-1] == "" and float(rows[3][-1]) == pytest.approx(0.005)
     assert [float(row[rows[0].index("loss_entropy")]) for row in rows[1:]] == [0.6] * 3
-    # the checkpoint's byte offset is the extended file's end: a second resume cuts nothing
-    assert resumed_state["metrics_bytes"] == (tmp_path / "metrics.csv").stat().st_size
+    assert resumed_state["metrics_rows"] == 3
     # asyncrl plot draws the new column from where it starts, the old ones throughout
     series = metric_series(tmp_path / "metrics.csv")
     assert series["train_entropy_coef"] == ([500.0, 500.0], [0.005, 0.005])
     assert series["loss_entropy"][0] == [0.0, 500.0, 500.0]
+    # resumed again from the first checkpoint, taken before the header grew (a run that died
+    # before its next one): the row it counted is kept under the grown header, the later ones
+    # go (a byte offset would cut the grown file inside its header), and new rows fit
+    with Monitor(RunDir(tmp_path), annealed, target_return=100.0, state=saved) as again:
+        again.global_step = 700
+        again.add_stats(stats)
+        again.write_metrics()
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows_again = list(csv.reader(f))
+    assert rows_again[:2] == rows[:2] and len(rows_again) == 3
+    assert rows_again[2][0] == "700" and len(rows_again[2]) == len(rows[0])
+    assert not (tmp_path / "metrics.csv.tmp").exists()
+
+
+def test_a_checkpoint_that_gave_the_metrics_as_bytes_still_resumes(tmp_path):
+    # checkpoints from before the row count held metrics.csv's byte offset alone
+    cfg = asyncrl.Config(tensorboard=False, progress=False, steps=1000)
+    with Monitor(RunDir(tmp_path), cfg, target_return=100.0) as monitor:
+        monitor.add_stats({"loss/entropy": (1.2, 2)})
+        monitor.write_metrics()
+        old = {k: v for k, v in monitor.state_dict().items() if k != "metrics_rows"}
+        old["metrics_bytes"] = (tmp_path / "metrics.csv").stat().st_size
+        monitor.add_stats({"loss/entropy": (1.0, 2)})
+        monitor.write_metrics()  # past the checkpoint: dropped on resume
+    with Monitor(RunDir(tmp_path), cfg, target_return=100.0, state=old) as resumed:
+        resumed.add_stats({"loss/entropy": (0.8, 2)})
+        resumed.write_metrics()
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["loss_entropy"] for row in rows] == ["0.6", "0.4"]
 
 
 def test_a_statistic_first_sent_mid_run_gets_a_column_too(tmp_path):

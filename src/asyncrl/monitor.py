@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import os
 import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
@@ -30,11 +31,30 @@ def _open_csv(path: Any, size: int | None) -> IO[str]:
     """A new CSV file, or (resume) the old one cut back to ``size`` bytes: rows past the
     checkpoint are dropped (the resumed run makes them again); new rows are appended."""
     if size is None:
-        return open(path, "w+", newline="")  # w+: a header extended reads it back
+        return open(path, "w", newline="")
     f = open(path, "a+", newline="")  # noqa: SIM115 (a+: created if a run had no row yet)
     f.truncate(size)
     f.seek(size)
     return f
+
+
+def _replace_csv(path: Any, rows: list[list[str]]) -> IO[str]:
+    """Write ``rows`` as the whole of the CSV at ``path`` and return it open for appending. The
+    rows go to a file beside it that then replaces it, so a kill at any point leaves the old
+    file or the new one, never a half-written one, and a reader (``asyncrl plot``) sees one or
+    the other."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return open(path, "a+", newline="")
+
+
+def _read_csv(path: Any) -> list[list[str]]:
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
 
 
 class Monitor:
@@ -51,6 +71,7 @@ class Monitor:
         state: dict | None = None,
     ):
         self.cfg = cfg
+        self.run_dir = run_dir
         self.total_steps = cfg.steps
         self.target = target_return
         self.window = cfg.window
@@ -95,14 +116,31 @@ class Monitor:
         if state is None:
             csv.writer(self._csv_file).writerow(CSV_HEADER)
         self._csv = csv.writer(self._csv_file)
-        metrics_at = None if state is None else state.get("metrics_bytes", 0)
-        self._metrics_file = _open_csv(run_dir.metrics, metrics_at)
-        self._metrics = csv.writer(self._metrics_file)
+        # metrics.csv: its header grows when a statistic first appears (_add_metrics_columns),
+        # which moves every row, so a checkpoint counts its rows rather than its bytes
         self._metrics_columns: list[str] | None = None
-        if metrics_at:  # the header written by the first run
-            self._metrics_file.seek(0)
-            self._metrics_columns = next(csv.reader(self._metrics_file))[2:]
-            self._metrics_file.seek(metrics_at)
+        self._metrics_rows = 0
+        if state is None:
+            self._metrics_file = _open_csv(run_dir.metrics, None)
+        elif "metrics_rows" in state:
+            rows = _read_csv(run_dir.metrics) if run_dir.metrics.exists() else []
+            self._metrics_rows = min(state["metrics_rows"], max(0, len(rows) - 1))
+            # the rows the checkpoint counted, under the header as the file has it (grown after
+            # the checkpoint, maybe); the rows after them are dropped (the run makes them again)
+            kept = rows[: 1 + self._metrics_rows] if self._metrics_rows else []
+            self._metrics_file = _replace_csv(run_dir.metrics, kept)
+            if kept:
+                self._metrics_columns = kept[0][2:]
+        else:  # a checkpoint from before the row count: its byte offset
+            metrics_at = state.get("metrics_bytes", 0)
+            self._metrics_file = _open_csv(run_dir.metrics, metrics_at)
+            if metrics_at:
+                self._metrics_file.seek(0)
+                rows = list(csv.reader(self._metrics_file))
+                self._metrics_columns = rows[0][2:]
+                self._metrics_rows = len(rows) - 1
+                self._metrics_file.seek(metrics_at)
+        self._metrics = csv.writer(self._metrics_file)
         self._sums: dict[str, list[float]] = {}
         self._last_metrics = time.perf_counter()
         self.t0 = time.perf_counter() - elapsed  # wall time continues across a resume
@@ -209,6 +247,7 @@ class Monitor:
         row = [self.global_step, f"{self.elapsed():.3f}"]
         row += [f"{named[k]:.6g}" if k in named else "" for k in self._metrics_columns]
         self._metrics.writerow(row)
+        self._metrics_rows += 1
         if self._tb is not None:
             for k, v in means.items():
                 self._tb.add_scalar(k, v, self.global_step)
@@ -219,15 +258,13 @@ class Monitor:
         first row is the server's alone (learning rate, policy lag) and the learners' losses
         come after it; a run resumed with an entropy schedule adds its coefficient."""
         assert self._metrics_columns is not None
-        self._metrics_file.flush()
-        self._metrics_file.seek(0)
-        rows = list(csv.reader(self._metrics_file))
+        self._metrics_file.close()  # (its rows flushed: read back below)
+        rows = _read_csv(self.run_dir.metrics)
         self._metrics_columns += added
         rows[0] = ["global_step", "wall_seconds", *self._metrics_columns]
-        rows[1:] = [row + [""] * len(added) for row in rows[1:]]
-        self._metrics_file.seek(0)
-        self._metrics_file.truncate()
-        csv.writer(self._metrics_file).writerows(rows)
+        rows[1:] = [row + [""] * (len(rows[0]) - len(row)) for row in rows[1:]]
+        self._metrics_file = _replace_csv(self.run_dir.metrics, rows)
+        self._metrics = csv.writer(self._metrics_file)
 
     def state_dict(self) -> dict:
         self._csv_file.flush()
@@ -235,7 +272,7 @@ class Monitor:
         self._eval_file.flush()
         return {
             "csv_bytes": self._csv_file.tell(),
-            "metrics_bytes": self._metrics_file.tell(),
+            "metrics_rows": self._metrics_rows,
             "evaluations_bytes": self._eval_file.tell(),
             "evaluations": self.evaluations,
             "last_eval": self.last_eval,
