@@ -256,6 +256,43 @@ def test_a_fault_reported_twice_in_one_batch_restarts_the_worker_once(tmp_path):
     assert run.inc == 1 and sup.outcome.restarts == 1
 
 
+def test_a_worker_lost_once_the_budget_is_spent_is_retired_not_restarted(tmp_path):
+    """A restarted worker would find nothing left to do; on Ray it would also count as a
+    fault towards --max-worker-restarts and be logged as restarting."""
+    from asyncrl.messages import Lost
+    from asyncrl.monitor import Monitor
+    from asyncrl.rundir import RunDir
+    from asyncrl.supervisor import Supervisor
+
+    class FakeRun:
+        workers = 2
+
+        def __init__(self):
+            self.restarted, self.retired, self.step = [], [], 0
+
+        def incarnation(self, wid):
+            return 0
+
+        def restart(self, wid):
+            self.restarted.append(wid)
+
+        def retire(self, wid):
+            self.retired.append(wid)
+
+        def global_step(self):
+            return self.step
+
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=1000)
+    run = FakeRun()
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        sup = Supervisor(cfg, run, monitor, lambda *a: None)  # type: ignore[arg-type]
+        run.step = 999
+        sup.handle(Lost(0, 0, "died without a report"))
+        run.step = 1000
+        sup.handle(Lost(1, 0, "died without a report"))
+    assert run.restarted == [0] and run.retired == [1] and sup.outcome.restarts == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["raise", "kill", "hang", "nan-obs"])
 def test_a_faulty_worker_is_restarted_and_the_run_reaches_its_target(fault, run_dir, capfd, seed):

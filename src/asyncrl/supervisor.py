@@ -228,8 +228,9 @@ class Supervisor:
 
     # ------------------------------------------------------------------ faults
     def fault(self, wid: int, why: str, details: str = "") -> None:
-        """A worker failed, died or hung: restart it, unless stopping or past the limit."""
-        if self.stopping:  # nothing to restart for
+        """A worker failed, died or hung: restart it, unless stopping, the step budget is spent,
+        or it is past the limit."""
+        if self.stopping or self.run_.global_step() >= self.cfg.steps:  # nothing to restart for
             self.retire(wid)
             return
         self.outcome.restarts += 1

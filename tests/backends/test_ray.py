@@ -462,6 +462,7 @@ def test_a_worker_waiting_for_a_cpu_holds_up_neither_the_run_nor_its_end(
     finally:
         if joined is not None:
             cluster.remove_node(joined)
+            cluster.wait_for_nodes()  # gone before the next test places its workers
 
 
 def test_the_cli_starts_a_local_cluster_trains_and_ends_it(cluster, tmp_path):
