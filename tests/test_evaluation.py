@@ -277,6 +277,16 @@ def test_a_statistic_new_after_a_resume_extends_the_metrics_header(tmp_path):
     assert not (tmp_path / "metrics.csv.tmp").exists()
 
 
+def test_plotting_a_running_runs_metrics_skips_the_row_being_written(tmp_path):
+    # `asyncrl plot` mid-run can read the last row half written: a number cut short, or cells
+    # past the header's count
+    path = tmp_path / "metrics.csv"
+    path.write_text(
+        "global_step,wall_seconds,loss_entropy\n100,1.0,0.5\n200,2.0,0.4,9\n300,3.0,1.2e"
+    )
+    assert metric_series(path) == {"loss_entropy": ([100.0, 200.0], [0.5, 0.4])}
+
+
 def test_a_checkpoint_that_gave_the_metrics_as_bytes_still_resumes(tmp_path):
     # checkpoints from before the row count held metrics.csv's byte offset alone
     cfg = asyncrl.Config(tensorboard=False, progress=False, steps=1000)

@@ -180,11 +180,16 @@ def metric_series(csv_path: Path) -> dict[str, tuple[list[float], list[float]]]:
         for row in csv.DictReader(f):
             step = row.pop("global_step", None)
             row.pop("wall_seconds", None)
-            for k, v in row.items():
-                if step and v not in ("", None):
-                    xs, ys = points.setdefault(k, ([], []))
-                    xs.append(float(step))
-                    ys.append(float(v))
+            row.pop(None, None)  # cells past the header's
+            try:
+                x = float(step)
+                values = {k: float(v) for k, v in row.items() if v}
+            except (TypeError, ValueError):  # the last row, as a running run writes it
+                continue
+            for k, y in values.items():
+                xs, ys = points.setdefault(k, ([], []))
+                xs.append(x)
+                ys.append(y)
     return points
 
 
