@@ -102,14 +102,21 @@ def test_train_writes_a_complete_run_directory(run_dir, capsys):
     assert main(["plot", str(run_dir), str(run_dir), "--out", str(elsewhere / "both.png")]) == 0
     assert (elsewhere / "both.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # what would fail only after the plotting: one line, exit 2, nothing written
-    for out, needle in (("nodir/x.png", "does not exist"), ("x.nope", "no image file type")):
+    (elsewhere / "folder.png").mkdir()
+    for out, needle in (
+        ("nodir/x.png", "does not exist"),
+        ("x.nope", "no image file type"),
+        ("folder.png", "is a folder; name an image file"),
+    ):
         for runs in ([run_dir], [run_dir, run_dir]):
             assert main(["plot", *map(str, runs), "--out", str(elsewhere / out)]) == 2
             err = capsys.readouterr().err
             assert needle in err and len(err.splitlines()) == 1
     assert not (elsewhere / "nodir").exists() and not (elsewhere / "x.nope").exists()
-    assert main(["eval", str(run_dir), "--seed", "-1"]) == 2
-    assert "--seed: must be >= 0" in capsys.readouterr().err
+    for bad, needle in ((["--seed", "-1"], "--seed: must be >= 0"), (["--episodes", "0"], ">= 1")):
+        assert main(["eval", str(run_dir), *bad]) == 2
+        out, err = capsys.readouterr()
+        assert needle in err and not out  # refused before the model line
 
 
 def test_metrics_csv_holds_the_learners_diagnostics(run_dir):
@@ -184,6 +191,14 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
         (["--algo", "onestep-q", "--entropy-coef", "0"], "--entropy-coef: onestep-q does not"),
         (["--algo", "appo", "--target-update", "500"], "--target-update: appo does not read"),
         (["--algo", "nstep-q", "--async-update", "2"], "--async-update: nstep-q does not read"),
+        (["--algo", "nstep-q", "--shared-trunk"], "--shared-trunk: nstep-q does not read it"),
+        # an option that only another option turns on
+        (["--rho-bar", "2"], "--rho-bar: truncates V-trace's importance weights: add --vtrace"),
+        (["--c-bar", "0.5"], "--c-bar: truncates V-trace's importance weights: add --vtrace"),
+        (["--obs-clip", "5"], "--obs-clip: clips normalised observations: add --normalize-obs"),
+        (["--algo", "appo", "--rms-alpha", "0.5"], "--rms-alpha: is RMSProp's decay"),
+        (["--stop-on", "train", "--confirm-stderr", "3"], "--confirm-stderr: confirms an eval"),
+        (["--stop-on", "train", "--confirm-episodes", "20"], "--confirm-episodes: confirms"),
         (["--target-update", "0"], "--target-update: must be >= 1"),
         (["--workers", "0"], "--workers: must be >= 1"),
         (["--gamma", "0"], "--gamma: must be in (0, 1]"),
@@ -400,3 +415,46 @@ def test_a_train_command_builds_the_env_once_before_the_workers_start(tmp_path, 
         steps=200, workers=1, backend="threads", progress=False, run_dir=str(tmp_path / "api")
     )
     assert events[: events.index("worker")] == ["env"]
+
+
+def test_eval_of_a_run_without_model_pt_takes_its_best_model_or_names_resume(run_dir, capsys):
+    """model.pt is written when a run ends; a run still training, or killed, has best_model.pt
+    alone: eval plays that by default, and --which last names what would write model.pt."""
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    (run_dir / "model.pt").unlink()
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    assert "best_model.pt" in capsys.readouterr().out
+    assert main(["eval", str(run_dir), "--which", "last"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has no model.pt yet" in err and f"asyncrl train --resume {run_dir}" in err
+    assert "--which best" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "command", "needle"),
+    [
+        ("config.json", "[1, 2]", "eval", "config.json is not a run's config"),
+        ("config.json", '{"algo": "a3c"}', "eval", "config.json names no env"),
+        ("config.json", '{"hidden": 5}', "train", "config field hidden: a list, not 5"),
+        ("summary.json", "", "plot", "cannot read"),
+        ("config.json", None, "eval", "is a file; pass the RUN_DIR that holds it"),
+    ],
+)
+def test_a_damaged_run_file_is_one_line_and_exit_2(
+    file, content, command, needle, run_dir, tmp_path, capsys
+):
+    assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    target = run_dir
+    if content is None:  # the file given where its directory belongs
+        target = run_dir / file
+    else:
+        (run_dir / file).write_text(content)
+    extra = {
+        "plot": ["--out", str(tmp_path / "curve.png")],
+        "eval": ["--episodes", "1"],
+        "train": ["--steps", "100000"],
+    }[command]
+    argv = ["train", "--resume", str(target)] if command == "train" else [command, str(target)]
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err

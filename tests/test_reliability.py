@@ -114,7 +114,7 @@ def wait_for(path, proc, limit=120.0):
         time.sleep(0.05)
 
 
-def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
+def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path, capsys):
     run_dir = tmp_path / "run"
     proc = cli(
         "train",
@@ -131,6 +131,13 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
         "--no-progress",
     )
     wait_for(RunDir(run_dir).checkpoint, proc)
+    # while it runs, its directory is its own: a resume is refused, and changes nothing
+    before = snapshot(run_dir)
+    assert main(["train", "--resume", str(run_dir), "--steps", "6000000"]) == 2
+    assert json.loads((run_dir / "config.json").read_text())["steps"] == 5_000_000
+    assert {n: before[n] for n in ("config.json", ".lock")} == {
+        n: snapshot(run_dir)[n] for n in ("config.json", ".lock")
+    }
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
@@ -139,6 +146,9 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
     steps_at_stop = int(ckpt["glob"].steps)
     episodes_at_stop = ckpt["monitor"]["episodes"]
     assert steps_at_stop > 0 and episodes_at_stop > 0
+
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"is in use by another run (pid {proc.pid})" in err
 
     assert main(["train", "--resume", str(run_dir), "--steps", str(steps_at_stop + 30_000)]) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -419,7 +429,7 @@ def test_resume_rejects_a_bad_checkpoint_and_changes_nothing(damage, finished_ru
         cfg["hidden"] = [32]
         (finished_run / "config.json").write_text(json.dumps(cfg))
     before = snapshot(finished_run)
-    assert main(["train", "--resume", str(finished_run)]) == 2
+    assert main(["train", "--resume", str(finished_run), "--steps", "100000"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert {
@@ -473,6 +483,8 @@ def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_r
         # the atari preset's Q schedule, saved with an A3C run before presets left it out
         ({"target_update": 10_000}, {"target_update": 500}, "--target-update: a3c does not"),
         ({"epochs": 2}, {"epochs": 3}, "--epochs: a3c does not read it (it applies to appo)"),
+        ({"rho_bar": 2.0}, {"rho_bar": 3.0}, "--rho-bar: truncates V-trace's importance"),
+        ({"obs_clip": 5.0}, {"obs_clip": 4.0}, "--obs-clip: clips normalised observations"),
     ],
 )
 def test_a_resume_drops_a_saved_option_an_older_version_accepted_and_ignored(
@@ -489,6 +501,62 @@ def test_a_resume_drops_a_saved_option_an_older_version_accepted_and_ignored(
     assert summary["resumed"] and json.loads(path.read_text())[name] == field_default(name)
     with pytest.raises(UserError, match=re.escape(needle)):
         asyncrl.train(resume=run, **given, steps=4_000, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        # the envs are part of each worker's checkpointed state
+        (["--env", "CartPole-v0"], "--env: a resumed run goes on with its own env (CartPole-v1)"),
+        (["--env-kwargs", "sutton_barto_reward=true"], "--env-kwargs: a resumed run goes on"),
+        # --steps is the whole budget, not more steps (the run has taken at least 3,000)
+        (["--steps", "2000"], "--steps 2,000: RUN has taken"),
+        ([], "--steps 3,000: RUN has taken"),
+    ],
+)
+def test_resume_refuses_another_env_or_a_spent_budget(extra, needle, finished_run, capsys):
+    before = snapshot(finished_run)
+    assert main(["train", "--resume", str(finished_run), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle.replace("RUN", str(finished_run)) in err
+    assert snapshot(finished_run) == before
+
+
+def test_a_resume_with_another_number_of_envs_starts_the_workers_afresh(finished_run, capfd):
+    """A worker's checkpointed state holds its envs: with --envs-per-worker changed the workers
+    start new ones (as with another --workers), rather than failing to restore them."""
+    taken = load_checkpoint(finished_run)["glob"].steps
+    summary = asyncrl.train(
+        resume=finished_run, envs_per_worker=4, steps=taken + 2_000, progress=False
+    )
+    assert "failed" not in capfd.readouterr().err
+    assert summary["resumed"] and summary["worker_restarts"] == 0
+    assert summary["total_steps"] >= taken + 2_000
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut-mid-row"])
+def test_a_resume_after_the_episodes_file_lost_rows_goes_on_without_padding_it(
+    damage, finished_run, capfd
+):
+    """episodes.csv shorter than the checkpoint recorded (deleted, or cut short): the resume
+    keeps its whole rows and goes on after them; it never pads the file to the old size."""
+    path = RunDir(finished_run).episodes
+    rows = path.read_text().splitlines(keepends=True)
+    if damage == "deleted":
+        path.unlink()
+        kept = ["episode,worker,return,length,global_step,wall_seconds\n"]
+    else:
+        kept = rows[:3]
+        path.write_text("".join(kept) + rows[3][:5])  # a row cut in the middle
+    ckpt = load_checkpoint(finished_run)
+    taken, episodes = ckpt["glob"].steps, ckpt["monitor"]["episodes"]
+    asyncrl.train(resume=finished_run, steps=taken + 3_000, progress=False)
+    assert "episodes.csv holds less than the checkpoint recorded" in capfd.readouterr().err
+    text = path.read_text()
+    assert "\0" not in text and text.startswith("".join(kept))
+    new = text.splitlines()[len(kept) :]
+    assert new and all(len(r.split(",")) == 6 for r in new)
+    assert int(new[0].split(",")[0]) == episodes + 1  # numbered on from the checkpoint's
 
 
 def test_observation_that_does_not_match_its_space(run_dir, capsys):

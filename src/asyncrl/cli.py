@@ -205,8 +205,9 @@ def _cluster_while_importing(cfg: Config) -> Iterator[None]:
 def _eval(ns: argparse.Namespace) -> int:
     import statistics
 
-    from asyncrl.policy import describe, evaluate, load
+    from asyncrl.policy import check_evaluation, describe, evaluate, load
 
+    check_evaluation(ns.episodes, ns.seed)  # before the model line: bad input prints one line
     print(f"model: {describe(load(ns.run_dir, ns.which))}")
     rets = evaluate(
         ns.run_dir,

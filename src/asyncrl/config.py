@@ -414,6 +414,13 @@ class Config:
             "confirm-stderr",
             f"must be >= 0 (0: the mean alone), got {self.confirm_stderr}",
         )
+        for name in ("confirm_episodes", "confirm_stderr"):
+            _need(
+                self.stop_on == "eval" or getattr(self, name) == field_default(name),
+                _flag(name),
+                "confirms an evaluation that reached the target, which --stop-on train does "
+                f"not wait for: drop --{_flag(name)}, or --stop-on train",
+            )
         _need(
             not self.eval_stochastic or self.algo in ("a3c", "appo"),
             "eval-stochastic",
@@ -492,6 +499,11 @@ class Config:
         _need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         _need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
         _need(
+            self.optimizer == "rmsprop" or self.rms_alpha == field_default("rms_alpha"),
+            "rms-alpha",
+            "is RMSProp's decay; --optimizer adam has its own betas: drop --rms-alpha",
+        )
+        _need(
             self.rms_init is None or self.optimizer == "rmsprop",
             "rms-init",
             "is RMSProp's; --optimizer adam starts its averages at 0: drop --rms-init",
@@ -566,6 +578,12 @@ class Config:
         )
         _need(self.rho_bar > 0.0, "rho-bar", f"must be > 0, got {self.rho_bar}")
         _need(self.c_bar > 0.0, "c-bar", f"must be > 0, got {self.c_bar}")
+        for name in ("rho_bar", "c_bar"):
+            _need(
+                self.vtrace or getattr(self, name) == field_default(name),
+                _flag(name),
+                f"truncates V-trace's importance weights: add --vtrace, or drop --{_flag(name)}",
+            )
         _need(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         _need(self.minibatches >= 1, "minibatches", f"must be >= 1, got {self.minibatches}")
         _need(
@@ -658,6 +676,11 @@ class Config:
         """Observation normalisation and the Gaussian policy of Box actions (its initial
         log-std needs no range beyond being finite, which :meth:`_check_values` sees to)."""
         _need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
+        _need(
+            self.normalize_obs or self.obs_clip == field_default("obs_clip"),
+            "obs-clip",
+            "clips normalised observations: add --normalize-obs, or drop --obs-clip",
+        )
 
     def check_env(self, info: EnvInfo) -> Config:
         """Raise :class:`UserError` where the config does not fit the env's probe: the
@@ -708,7 +731,10 @@ class Config:
         d = dict(d)
         for name in ("hidden", "eps_finals", "eps_probs", "env_kwargs"):
             if d.get(name) is not None:
-                d[name] = tuple(d[name])
+                try:
+                    d[name] = tuple(d[name])
+                except TypeError:
+                    raise UserError(f"config field {name}: a list, not {d[name]!r}") from None
         return cls(**d)
 
 
@@ -742,6 +768,8 @@ ALGO_ONLY: dict[str, tuple[str, ...]] = {
     "entropy_anneal_from": POLICY_GRADIENT,
     "entropy_anneal_steps": POLICY_GRADIENT,
     "value_coef": POLICY_GRADIENT,
+    # actor and critic: one trunk or two (a Q network is one)
+    "shared_trunk": POLICY_GRADIENT,
     "epochs": ("appo",),
     "minibatches": ("appo",),
     "clip": ("appo",),

@@ -27,15 +27,28 @@ EVAL_HEADER += ["episodes", "seconds"]
 METRICS_EVERY = 2.0
 
 
-def _open_csv(path: Any, size: int | None) -> IO[str]:
-    """A new CSV file, or (resume) the old one cut back to ``size`` bytes: rows past the
-    checkpoint are dropped (the resumed run makes them again); new rows are appended."""
+def _open_csv(path: Any, size: int | None, header: list[str] | None) -> tuple[IO[str], bool]:
+    """A new CSV file with ``header``, or (resume) the old one cut back to ``size`` bytes: rows
+    past the checkpoint are dropped (the resumed run makes them again); new rows are appended.
+    The second value is False where the file held less than ``size`` (deleted or cut short
+    since the checkpoint): it is kept to its last whole row, never padded, and goes on after it
+    (under a new header, if none is left)."""
     if size is None:
-        return open(path, "w", newline="")
+        f = open(path, "w", newline="")  # noqa: SIM115 (returned open)
+        if header:
+            csv.writer(f).writerow(header)
+        return f, True
     f = open(path, "a+", newline="")  # noqa: SIM115 (a+: created if a run had no row yet)
+    end = f.seek(0, os.SEEK_END)
+    whole = end >= size
+    if not whole:  # truncate() past the end would pad the file with NUL bytes
+        f.seek(0)
+        size = f.read().rfind("\n") + 1
     f.truncate(size)
     f.seek(size)
-    return f
+    if size == 0 and header:
+        csv.writer(f).writerow(header)
+    return f, whole
 
 
 def _replace_csv(path: Any, rows: list[list[str]]) -> IO[str]:
@@ -108,20 +121,23 @@ class Monitor:
             if best is not None:
                 self.best_eval = (float(best[0]), int(best[1]), int(best[2]))
         eval_at = None if state is None else state.get("evaluations_bytes", 0)
-        self._eval_file = _open_csv(run_dir.evaluations, eval_at)
+        self._eval_file, evals_whole = _open_csv(run_dir.evaluations, eval_at, EVAL_HEADER)
         self._evals = csv.writer(self._eval_file)
-        if not eval_at:
-            self._evals.writerow(EVAL_HEADER)
-        self._csv_file = _open_csv(run_dir.episodes, None if state is None else state["csv_bytes"])
-        if state is None:
-            csv.writer(self._csv_file).writerow(CSV_HEADER)
+        episodes_at = None if state is None else state["csv_bytes"]
+        self._csv_file, episodes_whole = _open_csv(run_dir.episodes, episodes_at, CSV_HEADER)
         self._csv = csv.writer(self._csv_file)
+        #: files found shorter than the checkpoint recorded, told to the user once the run starts
+        self.short_files = [
+            f.name
+            for f, whole in ((run_dir.episodes, episodes_whole), (run_dir.evaluations, evals_whole))
+            if not whole
+        ]
         # metrics.csv: its header grows when a statistic first appears (_add_metrics_columns),
         # which moves every row, so a checkpoint counts its rows rather than its bytes
         self._metrics_columns: list[str] | None = None
         self._metrics_rows = 0
         if state is None:
-            self._metrics_file = _open_csv(run_dir.metrics, None)
+            self._metrics_file, _ = _open_csv(run_dir.metrics, None, None)  # header: later
         elif "metrics_rows" in state:
             rows = _read_csv(run_dir.metrics) if run_dir.metrics.exists() else []
             self._metrics_rows = min(state["metrics_rows"], max(0, len(rows) - 1))
@@ -132,8 +148,8 @@ class Monitor:
             if kept:
                 self._metrics_columns = kept[0][2:]
         else:  # a checkpoint from before the row count: its byte offset
-            metrics_at = state.get("metrics_bytes", 0)
-            self._metrics_file = _open_csv(run_dir.metrics, metrics_at)
+            self._metrics_file, _ = _open_csv(run_dir.metrics, state.get("metrics_bytes", 0), None)
+            metrics_at = self._metrics_file.tell()
             if metrics_at:
                 self._metrics_file.seek(0)
                 rows = list(csv.reader(self._metrics_file))

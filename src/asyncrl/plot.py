@@ -52,8 +52,11 @@ def frames_per_step(run_dir: str | Path) -> int:
     summary = RunDir(Path(run_dir)).summary
     if not summary.is_file():
         return 1
-    s = json.loads(summary.read_text())
-    return max(1, round(s.get("total_frames", 0) / max(s.get("total_steps", 1), 1)))
+    try:
+        s = json.loads(summary.read_text())
+        return max(1, round(s.get("total_frames", 0) / max(s.get("total_steps", 1), 1)))
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        raise UserError(f"cannot read {summary} ({type(e).__name__}: {e})") from None
 
 
 def _out_path(out: str | Path) -> Path:
@@ -67,6 +70,8 @@ def _out_path(out: str | Path) -> Path:
         raise UserError(f"--out: {path} has no image file type: end it in .png (or .svg, .pdf)")
     if not path.parent.is_dir():
         raise UserError(f"--out: the folder {path.parent} does not exist: create it first")
+    if path.is_dir():
+        raise UserError(f"--out: {path} is a folder; name an image file (in it, or beside it)")
     return path
 
 

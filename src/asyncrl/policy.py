@@ -183,15 +183,22 @@ def load(run_dir: str | Path, which: Which | None = None) -> Policy:
     parameters with the best evaluation during training), ``last`` (``model.pt``, the final
     parameters), or by default the best where the run has one. ``Policy.source`` says which
     file was loaded, and ``Policy.evaluation`` the evaluation that made it the best."""
-    run = RunDir.existing(run_dir, "model")
+    run = RunDir.existing(run_dir, "config")
     if which not in (None, "best", "last"):
         raise UserError(f"--which: choose best or last, got {which!r}")
-    if which == "best" and not run.best_model.is_file():
+    has_best = run.best_model.is_file()
+    if which == "best" and not has_best:
         raise UserError(
             f"--which best: {run.path} has no best_model.pt (the run made no evaluation); "
             "use --which last"
         )
-    path = run.best_model if which != "last" and run.best_model.is_file() else run.model
+    path = run.best_model if which != "last" and has_best else run.model
+    if not path.is_file():  # model.pt is written when a run ends: this one is running or was killed
+        best = " (or --which best, for best_model.pt)" if has_best else ""
+        raise UserError(
+            f"{run.path} has no model.pt yet: the run is still training, or was stopped before "
+            f"it ended; wait for it, or finish it with asyncrl train --resume {run.path}{best}"
+        )
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
         spec = ModelSpec.from_dict(blob["spec"])
@@ -206,6 +213,8 @@ def load(run_dir: str | Path, which: Which | None = None) -> Policy:
     from asyncrl.envs import parse_env_kwargs
 
     cfg = run.read_config()
+    if not isinstance(cfg.get("env"), str):
+        raise UserError(f"{run.config} names no env (its 'env' field); it is not a run's config")
     policy = Policy(
         model, blob["algo"], spec, cfg["env"], parse_env_kwargs(cfg.get("env_kwargs", ()))
     )
@@ -222,6 +231,14 @@ def describe(policy: Policy) -> str:
         f"{name} (the best evaluation: mean {ev['mean']:.1f} over "
         f"{ev['episodes']} episodes at step {ev['global_step']:,})"
     )
+
+
+def check_evaluation(episodes: int, seed: int) -> None:
+    """:func:`evaluate`'s numbers, refused before anything is loaded or played."""
+    if episodes < 1:
+        raise UserError(f"--episodes: must be >= 1, got {episodes}")
+    if seed < 0:  # numpy's generators and gymnasium's resets take none below 0
+        raise UserError(f"--seed: must be >= 0, got {seed}")
 
 
 def evaluate(
@@ -242,10 +259,7 @@ def evaluate(
     plays in browsers)."""
     from asyncrl.envs import make_eval_env, make_eval_vec_env
 
-    if episodes < 1:
-        raise UserError(f"--episodes: must be >= 1, got {episodes}")
-    if seed < 0:  # numpy's generators and gymnasium's resets take none below 0
-        raise UserError(f"--seed: must be >= 0, got {seed}")
+    check_evaluation(episodes, seed)
     policy = load(run_dir, which)
     if not deterministic and policy.spec.kind != "actor-critic":
         policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,9 +85,13 @@ class RunDir:
 
     @classmethod
     def existing(cls, path: str | Path, needs: str = "config", flag: str = "") -> RunDir:
-        """An existing run directory holding the file ``needs`` (config, model, episodes)."""
+        """An existing run directory holding the file ``needs`` (config, episodes)."""
         run = cls(Path(path))
         prefix = f"{flag}: " if flag else ""
+        if run.path.is_file():
+            raise UserError(
+                f"{prefix}{run.path} is a file; pass the RUN_DIR that holds it ({run.path.parent})"
+            )
         if not run.path.is_dir():
             raise UserError(
                 f"{prefix}run directory {run.path} does not exist; pass the RUN_DIR of a "
@@ -92,16 +99,48 @@ class RunDir:
             )
         file = getattr(run, needs)
         if not file.is_file():
-            what = "a finished training run" if needs == "model" else "a training run"
-            raise UserError(f"{prefix}{run.path} has no {file.name}; pass the RUN_DIR of {what}")
+            raise UserError(
+                f"{prefix}{run.path} has no {file.name}; pass the RUN_DIR of a training run"
+            )
         return run
+
+    # ------------------------------------------------------------------ one writer at a time
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Held by the run that writes here, as long as it runs: a second ``train --resume`` of
+        the directory (or one of a run still going) is refused rather than interleaving its
+        rows, checkpoints and model files with the first's. The lock is the kernel's
+        (``flock``): it goes with the process, a killed one included, and the file stays."""
+        import fcntl
+
+        with open(self.path / ".lock", "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                pid = f.read().strip() or "unknown"
+                raise UserError(
+                    f"{self.path} is in use by another run (pid {pid}); wait for it to end, or "
+                    "stop it, before resuming it (nothing was changed)"
+                ) from None
+            f.truncate(0)
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+            yield
 
     # ------------------------------------------------------------------ reading and writing
     def read_config(self) -> dict[str, Any]:
         try:
-            return json.loads(self.config.read_text())
+            config = json.loads(self.config.read_text())
         except (OSError, ValueError) as e:
             raise UserError(f"cannot read {self.config} ({e})") from None
+        if not isinstance(config, dict):
+            raise UserError(f"{self.config} is not a run's config (a JSON object of options)")
+        return config
 
     def write_json(self, file: Path, data: dict[str, Any]) -> None:
-        file.write_text(json.dumps(data, indent=2) + "\n")
+        """Written beside ``file`` and moved over it: a kill leaves the old file or the new one
+        (a resume rewrites config.json, and a half-written one would make the run unreadable)."""
+        tmp = file.with_name(file.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, file)

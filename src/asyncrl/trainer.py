@@ -62,6 +62,11 @@ def train(
     if ckpt is not None:  # a checkpoint that does not fit is bad input: refused before Ray starts
         fresh = GlobalState.create(cfg, spec, 1, algo.uses_target_network, shared=False)
         fresh.check_fits(ckpt["glob"], Path(str(cfg.run_dir)))
+        if cfg.steps <= ckpt["glob"].steps:  # a run that has spent its budget would stop at once
+            raise UserError(
+                f"--steps {cfg.steps:,}: {cfg.run_dir} has taken {ckpt['glob'].steps:,} steps "
+                "already, and --steps is the run's whole budget; give more than that to train on"
+            )
     with cluster_for(cfg) as cluster, _one_thread():
         return _run(cfg, ckpt, info, algo, spec, worker_count(cfg, cluster), t0)
 
@@ -90,15 +95,33 @@ def _run(
     n_workers: int,
     t0: float,
 ) -> dict[str, Any]:
-    """The run itself, on its cluster: the global state, the workers, and what they leave."""
-    state = GlobalState.create(cfg, spec, n_workers, algo.uses_target_network)
+    """The run itself, on its cluster, in its directory: held while it lasts."""
     best_on_disk = None
     if ckpt is not None and cfg.run_dir is not None:  # resuming: run_dir is the resumed one
         run_dir = RunDir(Path(cfg.run_dir))
         best_on_disk = _best_model_evaluation(run_dir)  # before any file of the run changes
-        state.restore(ckpt["glob"])
     else:
         run_dir = RunDir.create(cfg.run_dir, cfg.env, cfg.algo)
+    with run_dir.locked():
+        return _run_in(run_dir, best_on_disk, cfg, ckpt, info, algo, spec, n_workers, t0)
+
+
+def _run_in(
+    run_dir: RunDir,
+    best_on_disk: tuple[float, int, int] | None,
+    cfg: Config,
+    ckpt: dict[str, Any] | None,
+    info: EnvInfo,
+    algo: Algorithm,
+    spec: ModelSpec,
+    n_workers: int,
+    t0: float,
+) -> dict[str, Any]:
+    """The global state, the workers, and what they leave in ``run_dir`` (held by this run:
+    :meth:`RunDir.locked`); ``best_on_disk``: the evaluation of a resumed run's best_model.pt."""
+    state = GlobalState.create(cfg, spec, n_workers, algo.uses_target_network)
+    if ckpt is not None:
+        state.restore(ckpt["glob"])
     run_dir.write_json(run_dir.config, cfg.to_dict())
     monitor = Monitor(
         run_dir,
@@ -107,6 +130,11 @@ def _run(
         frames_per_step=info.frames_per_step,
         state=None if ckpt is None else ckpt["monitor"],
     )
+    for name in monitor.short_files:
+        monitor.log(
+            f"{run_dir.path / name} holds less than the checkpoint recorded (deleted or cut "
+            "short since): the resumed run goes on after its last whole row"
+        )
     # best_model.pt can be newer than the checkpoint (the run crashed or diverged after it):
     # only a better evaluation replaces it, not one better than the checkpoint's best
     if best_on_disk is not None and (
@@ -145,7 +173,12 @@ def _run(
     )
     steps_at_start, t_start = state.steps(), time.perf_counter()
     # each worker resumes its own state (RNG, envs, algorithm state) if the worker count is kept
-    same_workers = ckpt is not None and ckpt["glob"].counters.shape == state.counters.shape
+    # and as many envs each (a worker's state holds its envs)
+    same_workers = (
+        ckpt is not None
+        and ckpt["glob"].counters.shape == state.counters.shape
+        and ckpt.get("config", {}).get("envs_per_worker") == cfg.envs_per_worker
+    )
     with _signals_stop(supervisor.interrupt), monitor, _closing(evaluator):
         outcome = supervisor.run(ckpt["workers"] if ckpt and same_workers else {})
         train_seconds = time.perf_counter() - t_start
@@ -203,6 +236,14 @@ def _config(
             "--run-dir, or copy the run directory there and resume that"
         )
     saved = Config.from_dict(run_dir.read_config())
+    for name in ("env", "env_kwargs"):  # the envs are in the workers' checkpointed states
+        given, flag = overrides.get(name, getattr(saved, name)), "--" + name.replace("_", "-")
+        if (tuple(given) if name == "env_kwargs" else given) != getattr(saved, name):
+            raise UserError(
+                f"{flag}: a resumed run goes on with its own env ({saved.env}"
+                f"{' ' + ' '.join(saved.env_kwargs) if saved.env_kwargs else ''}); drop "
+                f"{flag}, or train a new run on the other env"
+            )
     cfg = _unused_at_defaults(
         dataclasses.replace(saved, **overrides, run_dir=str(run_dir)), overrides
     )
@@ -214,8 +255,10 @@ def _config(
 def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
     """A resumed run's saved settings that its config now ignores, back at their defaults: the
     Ray options of a Ray run resumed on another backend, and what an older version accepted
-    and ignored (an option of another algorithm, --rms-init with Adam, --n-step or --missing
-    zero with --vtrace, --lstm-size without a core, --no-shared-trunk with one). The command
+    and ignored (an option of another algorithm, --rms-init or --rms-alpha with Adam, --rho-bar
+    or --c-bar without --vtrace, --n-step or --missing zero with it, --obs-clip without
+    --normalize-obs, --confirm-* with --stop-on train, --lstm-size without a core,
+    --no-shared-trunk with one). The command
     line cannot unset them, and the run learnt without them; options given now are checked as
     given (and refused where they would be ignored)."""
     reset: dict[str, Any] = {}
@@ -223,7 +266,13 @@ def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
         reset |= {name: default for name, (default, _) in RAY_ONLY.items()}
     reset |= {n: field_default(n) for n, algos in ALGO_ONLY.items() if cfg.algo not in algos}
     if cfg.optimizer != "rmsprop":
-        reset["rms_init"] = None
+        reset |= {"rms_init": None, "rms_alpha": field_default("rms_alpha")}
+    if not cfg.vtrace:
+        reset |= {n: field_default(n) for n in ("rho_bar", "c_bar")}
+    if not cfg.normalize_obs:
+        reset["obs_clip"] = field_default("obs_clip")
+    if cfg.stop_on == "train":
+        reset |= {n: field_default(n) for n in ("confirm_episodes", "confirm_stderr")}
     if cfg.vtrace:
         reset |= {"n_step": None, "missing": "bootstrap"}
     if cfg.core == "none":
