@@ -45,6 +45,15 @@ def test_categorical_matches_torch_and_samples_by_inverse_cdf():
     probs = np.tile(np.array([[0.1, 0.6, 0.3]], np.float32), (20000, 1))
     counts = np.bincount(sample_categorical(probs, rng), minlength=3) / 20000
     np.testing.assert_allclose(counts, [0.1, 0.6, 0.3], atol=0.015)
+    # a float32 row summing to less than 1 (by 1e-7 here) never draws its action of
+    # probability 0, last or first, even for the draws at the very ends of [0, 1)
+    short = np.array([[0.0, 0.3, 0.7 - 1e-7, 0.0]] * 4, np.float32)
+
+    class Ends:
+        def random(self, shape, dtype):
+            return np.array([[0.0], [0.5], [1 - 2**-24], [np.nextafter(1, 0, dtype=dtype)]], dtype)
+
+    assert set(sample_categorical(short, Ends()).tolist()) <= {1, 2}
 
 
 def test_the_action_space_picks_the_distribution():
@@ -146,3 +155,30 @@ def test_squash_is_refused_for_discrete_actions():
     cfg = Config(env="CartPole-v1", squash=True)
     with pytest.raises(UserError, match=r"--squash: .*Discrete"):
         cfg.check_env(probe_env(cfg.env))
+
+
+@pytest.mark.parametrize("mean", [0.0, 1.0, 3.0])
+def test_squashed_gaussian_entropy_is_that_of_the_action_and_falls_past_std_one(mean):
+    """The entropy of tanh(u) against a Monte-Carlo estimate, -E[log pi(a)] over 400,000
+    samples (float64); unlike the Gaussian's over u it peaks near std 1 and then falls, as
+    the samples pile up at the bounds: a bonus on it does not push the std up without end."""
+    from asyncrl.distributions import TanhGaussian
+
+    gen = torch.Generator().manual_seed(0)
+    stds = [0.05, 0.5, 1.0, 2.0, 4.0]
+    entropies = []
+    for std in stds:
+        m, s = (
+            torch.tensor([[mean]], dtype=torch.float64),
+            torch.tensor([[std]], dtype=torch.float64),
+        )
+        d = TanhGaussian(m, s)
+        u = m + s * torch.randn(400_000, 1, generator=gen, dtype=torch.float64)
+        monte_carlo = -d.log_prob(u).mean()  # its standard error: under 0.005 nats here
+        assert float(d.entropy()) == pytest.approx(float(monte_carlo), abs=0.03), std
+        entropies.append(float(d.entropy()))
+    if mean == 0.0:
+        assert entropies[0] < entropies[1] < entropies[2] > entropies[3] > entropies[4]
+    assert float(TanhGaussian(torch.zeros(1, 2), torch.ones(1, 2)).entropy()) == pytest.approx(
+        2 * 0.6698, abs=1e-3
+    )  # float32, summed over action dimensions
