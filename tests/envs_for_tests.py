@@ -1,5 +1,7 @@
 """Tiny deterministic envs for tests, registered with Gymnasium on import."""
 
+import typing
+
 import gymnasium as gym
 import numpy as np
 
@@ -57,6 +59,45 @@ class UnboundedActionsEnv(CounterEnv):
 
 
 gym.register("asyncrl-test/Unbounded-v0", entry_point=UnboundedActionsEnv, max_episode_steps=3)
+
+
+class LivesVecEnv(gym.vector.VectorEnv):
+    """Games of two lives, as ale-py's vector env plays them (asyncrl.atari): step 2 loses a
+    life (terminated, the game goes on: no reset), step 4 ends the game (terminated and
+    ``info["game_over"]``), and the step after it is the next-step autoreset. The reward is 1
+    a step (clipped, as the learner sees it), ``info["score"]`` 10 (the raw score)."""
+
+    metadata: typing.ClassVar[dict] = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 1, **kwargs):
+        self.num_envs = num_envs
+        self.single_observation_space = gym.spaces.Box(0, 1e6, (1,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.t = np.zeros(num_envs, np.int64)
+        self.reset_next = np.zeros(num_envs, bool)
+
+    def reset(self, *, seed=None, options=None):
+        self.t[:] = 0
+        self.reset_next[:] = False
+        return np.zeros((self.num_envs, 1), np.float32), {}
+
+    def step(self, actions):
+        restart = self.reset_next.copy()
+        self.t = np.where(restart, 0, self.t + 1)
+        playing = ~restart
+        lost_life = playing & (self.t == 2)
+        game_over = playing & (self.t == 4)
+        self.reset_next = game_over
+        info = {"score": 10.0 * playing, "game_over": game_over, "lost_life": lost_life}
+        obs = self.t.astype(np.float32)[:, None]
+        return obs, 1.0 * playing, lost_life | game_over, np.zeros(self.num_envs, bool), info
+
+
+gym.register("asyncrl-test/Lives-v0", entry_point=CounterEnv, vector_entry_point=LivesVecEnv)
 
 
 # ---------------------------------------------------------------- fault injection

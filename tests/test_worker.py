@@ -84,6 +84,23 @@ def test_terminated_episode_is_flagged(monkeypatch):
     np.testing.assert_array_equal(ro["valid"][:, 0], [True, True, False])
 
 
+def test_a_lost_life_is_terminal_for_the_learner_but_the_game_goes_on(monkeypatch):
+    """Atari's life loss (asyncrl.atari): V = 0 at the lost life, but the next step is a real
+    transition of the same game (valid, not a new episode's first), and only the game over
+    ends an episode, whose return is the raw score, not the clipped rewards."""
+    _, msgs = run("asyncrl-test/Lives-v0", steps=4, t_max=6, monkeypatch=monkeypatch)
+    ro = Recording.seen[0]
+    np.testing.assert_array_equal(ro["obs"][:, 0, 0], [0, 1, 2, 3, 4, 0, 1])
+    np.testing.assert_array_equal(ro["terminated"][:, 0], [False, True, False, True, False, False])
+    np.testing.assert_array_equal(ro["valid"][:, 0], [True, True, True, True, False, True])
+    np.testing.assert_array_equal(
+        ro["first"][:, 0], [True, False, False, False, False, True, False]
+    )
+    np.testing.assert_array_equal(ro["rewards"][:, 0], [1, 1, 1, 1, 0, 1])
+    episodes = [e for m in msgs if isinstance(m, Episodes) for e in m.episodes]
+    assert episodes == [(40.0, 4)]  # one game of two lives, its raw score
+
+
 def test_worker_error_is_reported_not_swallowed(monkeypatch):
     class Broken(A3C):
         def loss(self, *a, **k):
