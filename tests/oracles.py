@@ -57,6 +57,41 @@ def nstep_targets(
     return nstep_returns(rewards, next_values, term, term, gamma, n, missing)
 
 
+def vtrace_by_sums(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    ends: np.ndarray,
+    log_rhos: np.ndarray,
+    gamma: float,
+    rho_bar: float,
+    c_bar: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """V-trace of one env's rollout (shape ``(T,)``) as IMPALA's Eq. 1 writes it, a sum per
+    state rather than the package's backward recursion: v_s = V(x_s) + sum_{t >= s} gamma^(t-s)
+    (prod_{s <= i < t} c_i) delta_t, the sum cut after an episode's end, and
+    A_s = rho_s (r_s + gamma v_{s+1} - V(x_s)), with v_{s+1} the bootstrap at an end (0 where
+    terminated, V of the final observation where truncated) and V(x_T) after the last step."""
+    ratio = np.exp(log_rhos.astype(np.float64))
+    rho, c = np.minimum(rho_bar, ratio), lam * np.minimum(c_bar, ratio)
+    boot = np.where(terminated, 0.0, next_values)
+    delta = rho * (rewards + gamma * boot - values)
+    T = len(rewards)
+    vs = np.empty(T)
+    for s in range(T):
+        total, coef = 0.0, 1.0
+        for t in range(s, T):
+            total += coef * delta[t]
+            if ends[t]:
+                break
+            coef *= gamma * c[t]
+        vs[s] = values[s] + total
+    after = [vs[s + 1] if s + 1 < T and not ends[s] else boot[s] for s in range(T)]
+    return vs, rho * (rewards + gamma * np.array(after) - values)
+
+
 class GradientAccumulator:
     """Sums per-step gradients of a local model, then applies them once (accumulate/apply/reset).
 

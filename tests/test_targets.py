@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from asyncrl.targets import gae_advantages, nstep_returns, vtrace
-from tests.oracles import nstep_targets
+from tests.oracles import nstep_targets, vtrace_by_sums
 
 G = 0.5
 R = np.array([1.0, 2.0, 4.0, 8.0], np.float32)  # T = 4
@@ -178,6 +178,30 @@ def test_vtrace_off_policy_by_hand():
     vs, adv = vtrace(r, v, nv, _ends(2), _ends(2), log_rhos, G, rho_bar=3.0, c_bar=3.0)
     np.testing.assert_allclose(vs, [13.0, 21.0], rtol=1e-6)
     np.testing.assert_allclose(adv, [3.0, 1.0], rtol=1e-6)
+
+
+def test_vtrace_off_policy_with_ends_lambda_and_two_truncation_levels_against_the_sums():
+    """Off-policy, with terminations and truncations inside the rollout, lambda < 1 and
+    c-bar != rho-bar: the package's recursion against IMPALA's sums (tests/oracles.py)."""
+    rng = np.random.default_rng(3)
+    T, B = 9, 4
+    r, log_rhos = rng.normal(size=(T, B)), rng.normal(scale=0.8, size=(T, B))
+    term = rng.random((T, B)) < 0.15
+    ends = term | (rng.random((T, B)) < 0.15)  # the others truncated (a time limit)
+    # V of x_0..x_T; next_values is V(x_{t+1}) inside an episode, V of the final observation
+    # (another state) at an end, as a worker records them
+    values = rng.normal(size=(T + 1, B))
+    v, nv = values[:-1], np.where(ends, rng.normal(size=(T, B)), values[1:])
+    assert (ends & ~term).any() and term.any()
+    for rho_bar, c_bar, lam in ((1.0, 1.0, 1.0), (1.5, 0.7, 0.8), (0.5, 2.0, 0.95)):
+        vs, adv = vtrace(r, v, nv, term, ends, log_rhos, 0.9, rho_bar, c_bar, lam)
+        for b in range(B):
+            want = vtrace_by_sums(
+                r[:, b], v[:, b], nv[:, b], term[:, b], ends[:, b], log_rhos[:, b], 0.9,
+                rho_bar, c_bar, lam,
+            )  # fmt: skip
+            np.testing.assert_allclose(vs[:, b], want[0], rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(adv[:, b], want[1], rtol=1e-10, atol=1e-10)
 
 
 def test_vtrace_does_not_cross_an_episode_end():
