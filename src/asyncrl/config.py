@@ -414,13 +414,13 @@ class Config:
             "confirm-stderr",
             f"must be >= 0 (0: the mean alone), got {self.confirm_stderr}",
         )
-        for name in ("confirm_episodes", "confirm_stderr"):
-            _need(
-                self.stop_on == "eval" or getattr(self, name) == field_default(name),
-                _flag(name),
-                "confirms an evaluation that reached the target, which --stop-on train does "
-                f"not wait for: drop --{_flag(name)}, or --stop-on train",
-            )
+        # (--confirm-episodes still counts there: a confirmation decides the best model)
+        _need(
+            self.stop_on == "eval" or self.confirm_stderr == field_default("confirm_stderr"),
+            "confirm-stderr",
+            "is the stop rule's margin on a confirmed evaluation, which --stop-on train does "
+            "not wait for: drop --confirm-stderr, or --stop-on train",
+        )
         _need(
             not self.eval_stochastic or self.algo in ("a3c", "appo"),
             "eval-stochastic",

@@ -197,7 +197,7 @@ def load(run_dir: str | Path, which: Which | None = None) -> Policy:
         best = " (or --which best, for best_model.pt)" if has_best else ""
         raise UserError(
             f"{run.path} has no model.pt yet: the run is still training, or was stopped before "
-            f"it ended; wait for it, or finish it with asyncrl train --resume {run.path}{best}"
+            f"it ended; wait for it, or go on with asyncrl train --resume {run.path}{best}"
         )
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)

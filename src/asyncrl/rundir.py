@@ -10,9 +10,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from asyncrl.errors import UserError
+
+#: the run directories' lock files this process holds: a forked child (a worker of the
+#: processes backend) closes its copies, so that an orphaned worker does not hold a killed
+#: run's directory
+_HELD: set[IO[str]] = set()
+
+
+def _close_locks_in_child() -> None:
+    for f in _HELD:
+        f.close()  # the child's descriptor only: the parent's lock stays
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_locks_in_child)
 
 
 @dataclass(frozen=True)
@@ -68,10 +83,15 @@ class RunDir:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             base = Path("runs") / f"{env.replace('/', '-').replace(':', '-')}-{algo}-{stamp}"
             p, i = base, 1
-            while p.exists():  # two runs started in the same second
-                p, i = Path(f"{base}-{i}"), i + 1
-        else:
-            p = Path(path)
+            while True:  # two runs started in the same second: the first to make it has it
+                try:
+                    p.mkdir(parents=True)
+                    return cls(p)
+                except FileExistsError:
+                    p, i = Path(f"{base}-{i}"), i + 1
+                except OSError as e:
+                    raise UserError(f"--run-dir: cannot create {p}: {e.strerror}") from None
+        p = Path(path)
         if p.exists() and (not p.is_dir() or any(p.iterdir())):
             raise UserError(
                 f"--run-dir: {p} already exists and is not empty; choose a new directory, or "
@@ -107,26 +127,37 @@ class RunDir:
     # ------------------------------------------------------------------ one writer at a time
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Held by the run that writes here, as long as it runs: a second ``train --resume`` of
-        the directory (or one of a run still going) is refused rather than interleaving its
-        rows, checkpoints and model files with the first's. The lock is the kernel's
-        (``flock``): it goes with the process, a killed one included, and the file stays."""
-        import fcntl
-
-        with open(self.path / ".lock", "a+") as f:
+        """Held by the run that writes here, from before it reads its checkpoint until it
+        ends: a second ``train --resume`` of the directory (or one of a run still going) is
+        refused rather than resuming a stale checkpoint and interleaving its rows, checkpoints
+        and model files with the first's. The lock is the kernel's (``flock``), released when
+        the process ends, killed or not; forked workers close their copy of it
+        (:func:`_close_locks_in_child`). Nothing is written to the file: a refused command
+        leaves the directory as it was. Where the filesystem (or the OS) has no ``flock``, the
+        run goes on unlocked."""
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            yield
+            return
+        with open(self.path / ".lock", "a") as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
             except BlockingIOError:
-                f.seek(0)
-                pid = f.read().strip() or "unknown"
                 raise UserError(
-                    f"{self.path} is in use by another run (pid {pid}); wait for it to end, or "
-                    "stop it, before resuming it (nothing was changed)"
+                    f"{self.path} is in use by another run (the process holding its .lock); "
+                    "wait for it to end or stop it, or use another directory (nothing was "
+                    "changed)"
                 ) from None
-            f.truncate(0)
-            f.write(f"{os.getpid()}\n")
-            f.flush()
-            yield
+            except OSError:  # ENOLCK, EOPNOTSUPP, ENOSYS: a filesystem without flock
+                held = False
+            if held:
+                _HELD.add(f)
+            try:
+                yield
+            finally:
+                _HELD.discard(f)
 
     # ------------------------------------------------------------------ reading and writing
     def read_config(self) -> dict[str, Any]:

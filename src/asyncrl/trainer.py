@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +56,40 @@ def train(
     a bad env or config before Ray starts.
     """
     t0 = time.perf_counter()
+    # a resumed run's directory is held from before its checkpoint is read (a new run's from
+    # its making, in _run): a run still going could otherwise write a newer one meanwhile
+    resumed = RunDir(Path(resume)) if resume is not None else None
+    held: AbstractContextManager[None] = nullcontext()
+    if resumed is not None and resumed.path.is_dir():
+        held = resumed.locked()
+    with held:
+        return _train(cfg, resume, info, overrides, t0)
+
+
+def _train(
+    cfg: Config | None,
+    resume: str | Path | None,
+    info: EnvInfo | None,
+    overrides: dict[str, Any],
+    t0: float,
+) -> dict[str, Any]:
     cfg, ckpt, info = _config(cfg, resume, info, overrides)
     algo = make_algorithm(cfg, info)
     spec = algo.model_spec()
     if ckpt is not None:  # a checkpoint that does not fit is bad input: refused before Ray starts
         fresh = GlobalState.create(cfg, spec, 1, algo.uses_target_network, shared=False)
         fresh.check_fits(ckpt["glob"], Path(str(cfg.run_dir)))
-        if cfg.steps <= ckpt["glob"].steps:  # a run that has spent its budget would stop at once
+        # a run that has spent its budget would stop at once
+        if cfg.steps <= ckpt["glob"].steps:
             raise UserError(
                 f"--steps {cfg.steps:,}: {cfg.run_dir} has taken {ckpt['glob'].steps:,} steps "
                 "already, and --steps is the run's whole budget; give more than that to train on"
+            )
+        limit, elapsed = cfg.time_limit_seconds(), ckpt["monitor"]["elapsed"]
+        if limit is not None and elapsed >= limit:
+            raise UserError(
+                f"--time-limit {cfg.time_limit}: {cfg.run_dir} has run {elapsed / 60:.1f} "
+                "minutes already (a resumed run's clock goes on); give a longer one to train on"
             )
     with cluster_for(cfg) as cluster, _one_thread():
         return _run(cfg, ckpt, info, algo, spec, worker_count(cfg, cluster), t0)
@@ -95,14 +119,16 @@ def _run(
     n_workers: int,
     t0: float,
 ) -> dict[str, Any]:
-    """The run itself, on its cluster, in its directory: held while it lasts."""
+    """The run itself, on its cluster, in its directory (held while it lasts)."""
     best_on_disk = None
+    held: AbstractContextManager[None] = nullcontext()  # a resumed run's: since train() began
     if ckpt is not None and cfg.run_dir is not None:  # resuming: run_dir is the resumed one
         run_dir = RunDir(Path(cfg.run_dir))
         best_on_disk = _best_model_evaluation(run_dir)  # before any file of the run changes
     else:
         run_dir = RunDir.create(cfg.run_dir, cfg.env, cfg.algo)
-    with run_dir.locked():
+        held = run_dir.locked()
+    with held:
         return _run_in(run_dir, best_on_disk, cfg, ckpt, info, algo, spec, n_workers, t0)
 
 
@@ -257,7 +283,7 @@ def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
     Ray options of a Ray run resumed on another backend, and what an older version accepted
     and ignored (an option of another algorithm, --rms-init or --rms-alpha with Adam, --rho-bar
     or --c-bar without --vtrace, --n-step or --missing zero with it, --obs-clip without
-    --normalize-obs, --confirm-* with --stop-on train, --lstm-size without a core,
+    --normalize-obs, --confirm-stderr with --stop-on train, --lstm-size without a core,
     --no-shared-trunk with one). The command
     line cannot unset them, and the run learnt without them; options given now are checked as
     given (and refused where they would be ignored)."""
@@ -272,7 +298,7 @@ def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
     if not cfg.normalize_obs:
         reset["obs_clip"] = field_default("obs_clip")
     if cfg.stop_on == "train":
-        reset |= {n: field_default(n) for n in ("confirm_episodes", "confirm_stderr")}
+        reset["confirm_stderr"] = field_default("confirm_stderr")
     if cfg.vtrace:
         reset |= {"n_step": None, "missing": "bootstrap"}
     if cfg.core == "none":
