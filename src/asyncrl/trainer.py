@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -119,123 +119,111 @@ def _run(
     n_workers: int,
     t0: float,
 ) -> dict[str, Any]:
-    """The run itself, on its cluster, in its directory (held while it lasts)."""
+    """The run itself, on its cluster, in its directory: held while the run lasts (a resumed
+    run's since train() began; a new one's from its making, here: :meth:`RunDir.locked`)."""
     best_on_disk = None
-    held: AbstractContextManager[None] = nullcontext()  # a resumed run's: since train() began
-    if ckpt is not None and cfg.run_dir is not None:  # resuming: run_dir is the resumed one
-        run_dir = RunDir(Path(cfg.run_dir))
-        best_on_disk = _best_model_evaluation(run_dir)  # before any file of the run changes
-    else:
-        run_dir = RunDir.create(cfg.run_dir, cfg.env, cfg.algo)
-        held = run_dir.locked()
-    with held:
-        return _run_in(run_dir, best_on_disk, cfg, ckpt, info, algo, spec, n_workers, t0)
-
-
-def _run_in(
-    run_dir: RunDir,
-    best_on_disk: tuple[float, int, int] | None,
-    cfg: Config,
-    ckpt: dict[str, Any] | None,
-    info: EnvInfo,
-    algo: Algorithm,
-    spec: ModelSpec,
-    n_workers: int,
-    t0: float,
-) -> dict[str, Any]:
-    """The global state, the workers, and what they leave in ``run_dir`` (held by this run:
-    :meth:`RunDir.locked`); ``best_on_disk``: the evaluation of a resumed run's best_model.pt."""
-    state = GlobalState.create(cfg, spec, n_workers, algo.uses_target_network)
-    if ckpt is not None:
-        state.restore(ckpt["glob"])
-    run_dir.write_json(run_dir.config, cfg.to_dict())
-    monitor = Monitor(
-        run_dir,
-        cfg,
-        target_return=cfg.target_return if cfg.target_return is not None else info.reward_threshold,
-        frames_per_step=info.frames_per_step,
-        state=None if ckpt is None else ckpt["monitor"],
-    )
-    for name in monitor.short_files:
-        monitor.log(
-            f"{run_dir.path / name} holds less than the checkpoint recorded (deleted or cut "
-            "short since): the resumed run goes on after its last whole row"
+    with ExitStack() as held:
+        if ckpt is not None and cfg.run_dir is not None:  # resuming: run_dir is the resumed one
+            run_dir = RunDir(Path(cfg.run_dir))
+            best_on_disk = _best_model_evaluation(run_dir)  # before any file of the run changes
+        else:
+            run_dir = RunDir.create(cfg.run_dir, cfg.env, cfg.algo)
+            held.enter_context(run_dir.locked())
+        state = GlobalState.create(cfg, spec, n_workers, algo.uses_target_network)
+        if ckpt is not None:
+            state.restore(ckpt["glob"])
+        run_dir.write_json(run_dir.config, cfg.to_dict())
+        monitor = Monitor(
+            run_dir,
+            cfg,
+            target_return=cfg.target_return
+            if cfg.target_return is not None
+            else info.reward_threshold,
+            frames_per_step=info.frames_per_step,
+            state=None if ckpt is None else ckpt["monitor"],
         )
-    # best_model.pt can be newer than the checkpoint (the run crashed or diverged after it):
-    # only a better evaluation replaces it, not one better than the checkpoint's best
-    if best_on_disk is not None and (
-        monitor.best_eval is None or best_on_disk[0] > monitor.best_eval[0]
-    ):
-        monitor.best_eval = best_on_disk
+        for name in monitor.short_files:
+            monitor.log(
+                f"{run_dir.path / name} holds less than the checkpoint recorded (deleted or cut "
+                "short since): the resumed run goes on after its last whole row"
+            )
+        # best_model.pt can be newer than the checkpoint (the run crashed or diverged after it):
+        # only a better evaluation replaces it, not one better than the checkpoint's best
+        if best_on_disk is not None and (
+            monitor.best_eval is None or best_on_disk[0] > monitor.best_eval[0]
+        ):
+            monitor.best_eval = best_on_disk
 
-    def write_checkpoint(glob: GlobalSnapshot, workers: dict[int, dict], restarts: int) -> None:
-        payload = {"config": cfg.to_dict(), "spec": spec.to_dict(), "glob": glob}
-        payload |= {"workers": workers, "monitor": monitor.state_dict(), "restarts": restarts}
-        save_checkpoint(run_dir.path, payload)
-        del payload
-        return_freed_memory()  # the snapshots' and the pickle's blocks (asyncrl.heap)
+        def write_checkpoint(glob: GlobalSnapshot, workers: dict[int, dict], restarts: int) -> None:
+            payload = {"config": cfg.to_dict(), "spec": spec.to_dict(), "glob": glob}
+            payload |= {"workers": workers, "monitor": monitor.state_dict(), "restarts": restarts}
+            save_checkpoint(run_dir.path, payload)
+            del payload
+            return_freed_memory()  # the snapshots' and the pickle's blocks (asyncrl.heap)
 
-    blank = build_model(spec)  # once: a model file is written from it (no init each time)
+        blank = build_model(spec)  # once: a model file is written from it (no init each time)
 
-    def save_best(ev: Evaluation) -> None:
-        assert ev.snapshot is not None
-        best = {"global_step": ev.global_step, "mean": ev.mean, "episodes": len(ev.returns)}
-        _save_params(run_dir.best_model, cfg, blank, spec, ev.snapshot, evaluation=best)
+        def save_best(ev: Evaluation) -> None:
+            assert ev.snapshot is not None
+            best = {"global_step": ev.global_step, "mean": ev.mean, "episodes": len(ev.returns)}
+            _save_params(run_dir.best_model, cfg, blank, spec, ev.snapshot, evaluation=best)
 
-    # --precision auto is decided once, here, from this machine's CPU (the spec): every worker,
-    # a restarted one and one on a Ray node with another CPU included, learns in the precision
-    # the model files record. config.json keeps what was asked, so a resume decides again on
-    # the machine it runs on (the parameters are float32 either way).
-    run = make_run(dataclasses.replace(cfg, precision=spec.precision), info, spec, state)
-    evaluator = _evaluator(cfg, spec, monitor.target)
-    supervisor = Supervisor(
-        cfg,
-        run,
-        monitor,
-        write_checkpoint,
-        ckpt["restarts"] if ckpt else 0,
-        evaluator=evaluator,
-        save_best=save_best,
-    )
-    steps_at_start, t_start = state.steps(), time.perf_counter()
-    # each worker resumes its own state (RNG, envs, algorithm state) if the worker count is kept
-    # and as many envs each (a worker's state holds its envs)
-    same_workers = (
-        ckpt is not None
-        and ckpt["glob"].counters.shape == state.counters.shape
-        and ckpt.get("config", {}).get("envs_per_worker") == cfg.envs_per_worker
-    )
-    with _signals_stop(supervisor.interrupt), monitor, _closing(evaluator):
-        outcome = supervisor.run(ckpt["workers"] if ckpt and same_workers else {})
-        train_seconds = time.perf_counter() - t_start
-        extra, lines = run.closing()
-        for line in lines:
-            monitor.log(line)
-        supervisor.final_evaluation()
-        if outcome.glob is not None:  # None: the global state died with the Ray server
-            state.restore(outcome.glob)
-            # never holds a NaN: none is ever applied
-            _save_params(run_dir.model, cfg, blank, spec, outcome.glob)
-            if not outcome.ended.keeps_last_checkpoint:
-                write_checkpoint(outcome.glob, outcome.workers, outcome.restarts)
-    summary = _summary(cfg, run_dir, state, monitor, outcome, ckpt)
-    summary |= {
-        "wall_seconds": time.perf_counter() - t0 + (ckpt["monitor"]["elapsed"] if ckpt else 0.0),
-        "train_seconds": train_seconds,
-        "steps_per_second": (state.steps() - steps_at_start) / max(train_seconds, 1e-9),
-        "frames_per_second": (state.steps() - steps_at_start)
-        * info.frames_per_step
-        / max(train_seconds, 1e-9),
-        # what --precision auto chose on this machine (config.json keeps "auto")
-        "precision": spec.precision,
-        # and where RMSProp's average started (config.json keeps null: the backend's default)
-        "rms_init": rms_start(cfg) if cfg.optimizer == "rmsprop" else None,
-        **extra,
-        "run_dir": str(run_dir),
-    }
-    run_dir.write_json(run_dir.summary, summary)
-    _raise_for(outcome, run_dir, state.steps())
-    return summary
+        # --precision auto is decided once, here, from this machine's CPU (the spec): every worker,
+        # a restarted one and one on a Ray node with another CPU included, learns in the precision
+        # the model files record. config.json keeps what was asked, so a resume decides again on
+        # the machine it runs on (the parameters are float32 either way).
+        run = make_run(dataclasses.replace(cfg, precision=spec.precision), info, spec, state)
+        evaluator = _evaluator(cfg, spec, monitor.target)
+        supervisor = Supervisor(
+            cfg,
+            run,
+            monitor,
+            write_checkpoint,
+            ckpt["restarts"] if ckpt else 0,
+            evaluator=evaluator,
+            save_best=save_best,
+        )
+        steps_at_start, t_start = state.steps(), time.perf_counter()
+        # each worker resumes its own state (RNG, envs, algorithm state) if the worker count is kept
+        # and as many envs each (a worker's state holds its envs)
+        same_workers = (
+            ckpt is not None
+            and ckpt["glob"].counters.shape == state.counters.shape
+            and ckpt.get("config", {}).get("envs_per_worker") == cfg.envs_per_worker
+        )
+        with _signals_stop(supervisor.interrupt), monitor, _closing(evaluator):
+            outcome = supervisor.run(ckpt["workers"] if ckpt and same_workers else {})
+            train_seconds = time.perf_counter() - t_start
+            extra, lines = run.closing()
+            for line in lines:
+                monitor.log(line)
+            supervisor.final_evaluation()
+            if outcome.glob is not None:  # None: the global state died with the Ray server
+                state.restore(outcome.glob)
+                # never holds a NaN: none is ever applied
+                _save_params(run_dir.model, cfg, blank, spec, outcome.glob)
+                if not outcome.ended.keeps_last_checkpoint:
+                    write_checkpoint(outcome.glob, outcome.workers, outcome.restarts)
+        summary = _summary(cfg, run_dir, state, monitor, outcome, ckpt)
+        summary |= {
+            "wall_seconds": time.perf_counter()
+            - t0
+            + (ckpt["monitor"]["elapsed"] if ckpt else 0.0),
+            "train_seconds": train_seconds,
+            "steps_per_second": (state.steps() - steps_at_start) / max(train_seconds, 1e-9),
+            "frames_per_second": (state.steps() - steps_at_start)
+            * info.frames_per_step
+            / max(train_seconds, 1e-9),
+            # what --precision auto chose on this machine (config.json keeps "auto")
+            "precision": spec.precision,
+            # and where RMSProp's average started (config.json keeps null: the backend's default)
+            "rms_init": rms_start(cfg) if cfg.optimizer == "rmsprop" else None,
+            **extra,
+            "run_dir": str(run_dir),
+        }
+        run_dir.write_json(run_dir.summary, summary)
+        _raise_for(outcome, run_dir, state.steps())
+        return summary
 
 
 def _config(
