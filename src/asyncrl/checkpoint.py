@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import pickle
 import struct
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.errors import UserError
-from asyncrl.rundir import RunDir
+from asyncrl.rundir import RunDir, write_atomically
 
 MAGIC = b"ASYNCRL-CKPT"
 FORMAT_VERSION = 2  # 2: typed global snapshot, algorithm-owned worker state
@@ -51,13 +50,7 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> Path:
     data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(data), hashlib.sha256(data).digest())
     path = RunDir(run_dir).checkpoint
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(header)
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomically(path, lambda f: f.write(header + data))
     return path
 
 

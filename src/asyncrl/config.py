@@ -11,6 +11,7 @@ import numbers
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -414,13 +415,6 @@ class Config:
             "confirm-stderr",
             f"must be >= 0 (0: the mean alone), got {self.confirm_stderr}",
         )
-        # (--confirm-episodes still counts there: a confirmation decides the best model)
-        _need(
-            self.stop_on == "eval" or self.confirm_stderr == field_default("confirm_stderr"),
-            "confirm-stderr",
-            "is the stop rule's margin on a confirmed evaluation, which --stop-on train does "
-            "not wait for: drop --confirm-stderr, or --stop-on train",
-        )
         _need(
             not self.eval_stochastic or self.algo in ("a3c", "appo"),
             "eval-stochastic",
@@ -499,11 +493,6 @@ class Config:
         _need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         _need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
         _need(
-            self.optimizer == "rmsprop" or self.rms_alpha == field_default("rms_alpha"),
-            "rms-alpha",
-            "is RMSProp's decay; --optimizer adam has its own betas: drop --rms-alpha",
-        )
-        _need(
             self.rms_init is None or self.optimizer == "rmsprop",
             "rms-init",
             "is RMSProp's; --optimizer adam starts its averages at 0: drop --rms-init",
@@ -578,12 +567,6 @@ class Config:
         )
         _need(self.rho_bar > 0.0, "rho-bar", f"must be > 0, got {self.rho_bar}")
         _need(self.c_bar > 0.0, "c-bar", f"must be > 0, got {self.c_bar}")
-        for name in ("rho_bar", "c_bar"):
-            _need(
-                self.vtrace or getattr(self, name) == field_default(name),
-                _flag(name),
-                f"truncates V-trace's importance weights: add --vtrace, or drop --{_flag(name)}",
-            )
         _need(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         _need(self.minibatches >= 1, "minibatches", f"must be >= 1, got {self.minibatches}")
         _need(
@@ -660,10 +643,10 @@ class Config:
         )
 
     def _check_algorithm_options(self) -> None:
-        """No option the algorithm would ignore: --epochs with A3C, --gae-lambda with a Q
-        method, --target-update with A3C or APPO left a run that did not do what its command
-        said, and its config.json claimed the option (after the range checks, so that a value
-        out of range is reported as that)."""
+        """No option the run would ignore: --epochs with A3C, --gae-lambda with a Q method,
+        --target-update with A3C or APPO, --rho-bar without --vtrace left a run that did not
+        do what its command said, and its config.json claimed the option (after the range
+        checks, so that a value out of range is reported as that)."""
         for name, algos in ALGO_ONLY.items():
             _need(
                 self.algo in algos or getattr(self, name) == field_default(name),
@@ -671,16 +654,13 @@ class Config:
                 f"{self.algo} does not read it (it applies to {', '.join(algos)}): drop "
                 f"--{_flag(name)}",
             )
+        for name, (read, why) in READ_WITH.items():
+            _need(read(self) or getattr(self, name) == field_default(name), _flag(name), why)
 
     def _check_continuous(self) -> None:
         """Observation normalisation and the Gaussian policy of Box actions (its initial
         log-std needs no range beyond being finite, which :meth:`_check_values` sees to)."""
         _need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
-        _need(
-            self.normalize_obs or self.obs_clip == field_default("obs_clip"),
-            "obs-clip",
-            "clips normalised observations: add --normalize-obs, or drop --obs-clip",
-        )
 
     def check_env(self, info: EnvInfo) -> Config:
         """Raise :class:`UserError` where the config does not fit the env's probe: the
@@ -781,6 +761,34 @@ ALGO_ONLY: dict[str, tuple[str, ...]] = {
     "eps_anneal_steps": Q_METHODS,
     # the one-step methods' gradient accumulation; n-step Q applies one per rollout
     "async_update": ("onestep-q", "onestep-sarsa"),
+}
+
+
+#: the options read only when another setting is on: when, and why they are refused otherwise
+#: (:meth:`Config.validate`; a resumed run's saved one goes back to its default: asyncrl.trainer)
+READ_WITH: dict[str, tuple[Callable[[Config], bool], str]] = {
+    "rho_bar": (
+        lambda c: c.vtrace,
+        "truncates V-trace's importance weights: add --vtrace, or drop --rho-bar",
+    ),
+    "c_bar": (
+        lambda c: c.vtrace,
+        "truncates V-trace's importance weights: add --vtrace, or drop --c-bar",
+    ),
+    "obs_clip": (
+        lambda c: c.normalize_obs,
+        "clips normalised observations: add --normalize-obs, or drop --obs-clip",
+    ),
+    "rms_alpha": (
+        lambda c: c.optimizer == "rmsprop",
+        "is RMSProp's decay; --optimizer adam has its own betas: drop --rms-alpha",
+    ),
+    # (--confirm-episodes counts with --stop-on train too: a confirmation picks the best model)
+    "confirm_stderr": (
+        lambda c: c.stop_on == "eval",
+        "is the stop rule's margin on a confirmed evaluation, which --stop-on train does not "
+        "wait for: drop --confirm-stderr, or --stop-on train",
+    ),
 }
 
 

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import collections
 import csv
+import io
 import os
 import sys
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from asyncrl.config import Config
 from asyncrl.messages import StatSums
 from asyncrl.optim import linear_lr
-from asyncrl.rundir import RunDir
+from asyncrl.rundir import RunDir, write_atomically
 from asyncrl.tbevents import ScalarWriter
 
 if TYPE_CHECKING:
@@ -56,12 +58,9 @@ def _replace_csv(path: Any, rows: list[list[str]]) -> IO[str]:
     rows go to a file beside it that then replaces it, so a kill at any point leaves the old
     file or the new one, never a half-written one, and a reader (``asyncrl plot``) sees one or
     the other."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as f:
-        csv.writer(f).writerows(rows)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows(rows)
+    write_atomically(Path(path), lambda f: f.write(text.getvalue().encode()))
     return open(path, "a+", newline="")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,18 @@ def _close_locks_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_locks_in_child)
+
+
+def write_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """Write ``path`` through ``write`` into a file beside it, flushed to disk, then moved over
+    it: a kill at any moment leaves the old file or the new one, and a reader (a resume,
+    ``asyncrl eval``, ``asyncrl plot``) never sees one half written."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -170,8 +182,6 @@ class RunDir:
         return config
 
     def write_json(self, file: Path, data: dict[str, Any]) -> None:
-        """Written beside ``file`` and moved over it: a kill leaves the old file or the new one
-        (a resume rewrites config.json, and a half-written one would make the run unreadable)."""
-        tmp = file.with_name(file.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, file)
+        """Atomically (a resume rewrites config.json: half written, the run could not resume)."""
+        text = json.dumps(data, indent=2) + "\n"
+        write_atomically(file, lambda f: f.write(text.encode()))

@@ -6,7 +6,6 @@ model, the final checkpoint and the summary, and close the cluster."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import threading
 import time
@@ -21,7 +20,7 @@ import torch
 from asyncrl.algos import Algorithm, make_algorithm
 from asyncrl.backends import cluster_for, make_run, worker_count
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
-from asyncrl.config import ALGO_ONLY, RAY_ONLY, Config, field_default, preset
+from asyncrl.config import ALGO_ONLY, RAY_ONLY, READ_WITH, Config, field_default, preset
 from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.evaluation import Evaluation, Evaluator
@@ -30,7 +29,7 @@ from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
 from asyncrl.monitor import Monitor
 from asyncrl.optim import rms_start
-from asyncrl.rundir import RunDir
+from asyncrl.rundir import RunDir, write_atomically
 from asyncrl.state import GlobalState
 from asyncrl.supervisor import Ended, Outcome, Supervisor
 
@@ -279,14 +278,9 @@ def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
     if cfg.backend != "ray":
         reset |= {name: default for name, (default, _) in RAY_ONLY.items()}
     reset |= {n: field_default(n) for n, algos in ALGO_ONLY.items() if cfg.algo not in algos}
+    reset |= {n: field_default(n) for n, (read, _) in READ_WITH.items() if not read(cfg)}
     if cfg.optimizer != "rmsprop":
-        reset |= {"rms_init": None, "rms_alpha": field_default("rms_alpha")}
-    if not cfg.vtrace:
-        reset |= {n: field_default(n) for n in ("rho_bar", "c_bar")}
-    if not cfg.normalize_obs:
-        reset["obs_clip"] = field_default("obs_clip")
-    if cfg.stop_on == "train":
-        reset["confirm_stderr"] = field_default("confirm_stderr")
+        reset["rms_init"] = None
     if cfg.vtrace:
         reset |= {"n_step": None, "missing": "bootstrap"}
     if cfg.core == "none":
@@ -433,9 +427,7 @@ def _save_params(
     if snap.obs_stats is not None:
         bind_obs_stats(model, torch.from_numpy(np.array(snap.obs_stats)))
     blob = {"algo": cfg.algo, "spec": spec.to_dict(), "state_dict": model.state_dict(), **extra}
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    write_atomically(path, lambda f: torch.save(blob, f))
 
 
 __all__ = ["Ended", "Interrupted", "TrainingError", "UserError", "train"]
