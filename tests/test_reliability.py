@@ -78,6 +78,8 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(
     # normalize_obs: the statistics' start and the worker's row too (GlobalSnapshot.obs_parts)
     env = "asyncrl-test/CartPole-sigint-main-v0"  # SIGINT to the main process at env step 700
     cfg = {**EXACT, "env": env, "algo": algo, "core": core, "normalize_obs": normalize_obs}
+    if algo == "appo":  # shuffled minibatches over more than one pass, at a quarter of the cost
+        cfg |= {"epochs": 2, "minibatches": 2}
     with pytest.raises(Interrupted) as info:
         asyncrl.train(**cfg, run_dir=str(tmp_path / "b"))
     stopped_at = info.value.step

@@ -13,6 +13,10 @@ import torch
 
 ray = pytest.importorskip("ray")
 
+# one cluster for the module (the fixture below): under scripts/test's pytest-xdist every test
+# here runs in the same process
+pytestmark = pytest.mark.xdist_group("ray")
+
 
 import asyncrl  # noqa: E402
 from asyncrl.algos.a3c import A3C  # noqa: E402
