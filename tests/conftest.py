@@ -10,6 +10,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # so it is set here, before any test module imports Ray.
 os.environ["RAY_AUTH_MODE"] = "token"
 os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+# Ray starts its worker processes at nice 15 (worker_niceness). scripts/test runs the Ray tests
+# in one process beside the other tests: there a learning test's workers at nice 0 left the Ray
+# actors about 5% of a core each, and the Ray tests crawled. At 0 they share the cores fairly.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 @pytest.fixture
