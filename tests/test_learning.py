@@ -12,14 +12,15 @@ import asyncrl
 def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     """Box actions: APPO with the control preset (picked from the env) takes Pendulum-v1 from
     random play (about -1,200) towards -200 in 300k steps, in 5 passes over each rollout where
-    the preset takes 10: the bounds below hold either way, in under half the time (57-74 s a
-    run on seeds 0-5, against 142 s for seed 0 with 10, on an Intel Xeon). What holds on every seed is asserted,
-    not a solve: a run's greedy evaluations go up and down by 100 or more between evaluations,
-    a screen of 10 episodes past -200 can confirm at -320 over 100, and the kept model can be
-    a lucky screen's (one episode in 20 that never swings up costs about 65). Measured with 2
-    workers (2026-11-27, an Intel Xeon) on seeds 0-5: the best evaluation -265 to -169, the
-    kept model -352 to -167 over 20 new episodes (with 10 passes: -278 to -165, -284 to -177).
-    At 200k steps and 10 passes one run in 13 (seed 4) never evaluated above -350."""
+    the preset takes 10: the bounds below hold either way, in under half the time (57-74 s a run
+    on seeds 0-5, against 142 s for seed 0 with 10, on an Intel Xeon). What holds on every seed
+    is asserted, not a solve: a run's greedy evaluations go up and down by 100 or more between
+    evaluations, a screen of 10 episodes past -200 can confirm at -320 over 100, and the kept
+    model can be a lucky screen's (one episode in 20 that never swings up costs about 65).
+    Measured with 2 workers (2026-11-27, an Intel Xeon) on seeds 0-5: the best evaluation -265
+    to -169, the kept model -352 to -167 over 20 new episodes (with 10 passes: -278 to -165,
+    -284 to -177). At 200k steps and 10 passes one run in 13 (seed 4) never evaluated above
+    -350."""
     summary = asyncrl.train(
         env="Pendulum-v1", algo="appo", epochs=5, workers=2, seed=seed, steps=300_000,
         target_return=-200.0, run_dir=str(run_dir), progress=False,
