@@ -34,7 +34,7 @@ def seed():
 def pytest_collection_modifyitems(items):
     """The longest work first, so that no process runs alone at the end under scripts/test's
     pytest-xdist (which hands tests out in this order): the Ray module (one unit: its tests
-    share a cluster, about a third of the suite's time), then the learning tests (the longest
+    share a cluster, about a quarter of the suite's time), then the learning tests (the longest
     each, longest first in their file), then the rest, each in file order."""
 
     def rank(item):
