@@ -17,8 +17,8 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     is asserted, not a solve: a run's greedy evaluations go up and down by 100 or more between
     evaluations, a screen of 10 episodes past -200 can confirm at -320 over 100, and the kept
     model can be a lucky screen's (one episode in 20 that never swings up costs about 65).
-    Measured with 2 workers (2026-11-27, an Intel Xeon) on seeds 0-5: the best evaluation -265
-    to -169, the kept model -352 to -167 over 20 new episodes (with 10 passes: -278 to -165,
+    Measured with 2 workers (2026-11-27, an Intel Xeon, alone) on seeds 0-5: the best evaluation
+    -265 to -169, the kept model -352 to -167 over 20 new episodes (with 10 passes: -278 to -165,
     -284 to -177). At 200k steps and 10 passes one run in 13 (seed 4) never evaluated above
     -350."""
     summary = asyncrl.train(
@@ -27,7 +27,9 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     )  # fmt: skip
     assert summary["best_eval_return"] >= -350, summary
     returns = asyncrl.evaluate(run_dir, episodes=20, seed=10**6)  # the Gaussian's mean
-    assert sum(returns) / len(returns) >= -400, returns
+    # -450: below the worst kept model measured (-352) by more than the cost of one episode in
+    # 20 that never swings up (about 65); under scripts/test the run shares the cores
+    assert sum(returns) / len(returns) >= -450, returns
 
 
 @pytest.mark.slow
