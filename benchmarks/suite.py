@@ -444,6 +444,9 @@ def measure(
         "curve_steps": grid.tolist(),
         "curve": curve(run_dir / "episodes.csv", grid),
         "machine_speed": speed,
+        # a suite's seeds are run on different days, machines and commits: each names its own
+        "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
+        "commit": head_commit(),
     }
     if task.milestones:
         per_step = summary["total_frames"] / max(summary["total_steps"], 1)
@@ -496,6 +499,19 @@ def throughput(r: dict) -> str:
     return "-" if fps is None else f"{fps:,.0f} ({r.get('precision', '-')})"
 
 
+def head_commit() -> str:
+    """The short hash of the checkout the suite runs from (its ``src`` is what trains)."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+
+
+def run_of(r: dict) -> str:
+    """When and from which commit a result was taken ("-": results from before 2026-11-28,
+    which did not record them; the docs and git say)."""
+    return ", ".join(str(r[k]) for k in ("date", "commit") if r.get(k)) or "-"
+
+
 def speed_of(r: dict) -> str:
     """The machine's speed when the result was taken ("-": not measured, or before 2026-11-25)."""
     speed = r.get("machine_speed")
@@ -539,10 +555,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    date = datetime.date.today().isoformat()
+    commit, date = head_commit(), datetime.date.today().isoformat()
     cmd = f"python benchmarks/suite.py {suite} --seeds {seeds}"
     lines = [
         f"# Benchmark suite: {suite}",
@@ -564,13 +577,19 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "|---|---|---|---|---|---|---|",
     ]
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
-    for ax, task in zip(axes[0], tasks, strict=True):
+    # a panel for each task with runs (a task with none is named in the table alone: the
+    # README shows these plots, and empty panels pushed the curves into a strip)
+    ran = [task for task in tasks if load_results(results, task)]
+    fig, axes = plt.subplots(
+        1, max(1, len(ran)), figsize=(4.2 * max(1, len(ran)), 3.4), squeeze=False
+    )
+    panels = iter(axes[0])
+    for task in tasks:
         rs = load_results(results, task)
         if not rs:
             lines.append(f"| {task.name} | no run yet | | | | | {task.baseline} |")
-            ax.set_title(f"{task.name} (no run)")
             continue
+        ax = next(panels)
         finals = [r["final_eval"] for r in rs]
         solved = [r for r in rs if r["solved"]]
         at_target = sum(f >= task.target for f in finals)
@@ -602,7 +621,8 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         ax.set_xlabel("minutes of the run" if by_time else "env steps")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("mean of last 100 training episodes")
-    axes[0][0].legend(fontsize=7, loc="lower right")
+    if ran:
+        axes[0][0].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     png = out_dir / f"suite-{suite}.png"
     fig.savefig(png, dpi=100)
@@ -616,8 +636,8 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "",
         "| task | seed | solved | final evaluation | last 100 training episodes | time to target "
         "| steps to target | whole process | frames/s of training (precision) | model "
-        "| the last 100 first at (frames, minutes) | machine speed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| the last 100 first at (frames, minutes) | machine speed | run (date, commit) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in tasks:
         for r in load_results(results, task):
@@ -630,7 +650,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
                 f"{fmt(r['solve_steps'], 0)} | "
                 f"{fmt(r['process_seconds'])} s | {throughput(r)} | {r['model']} | "
                 f"{milestones(r)} | "
-                f"{speed_of(r)} |"
+                f"{speed_of(r)} | {run_of(r)} |"
             )
     md = out_dir / f"suite-{suite}.md"
     md.write_text("\n".join(lines) + "\n")

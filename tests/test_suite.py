@@ -134,6 +134,11 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
         r["final_train_mean"]
     )
     assert r["command"].startswith("timeout -s INT 60 ") and "--seed 2" in r["command"]
+    # each result names the day (UTC) and the commit it was taken on: a suite's seeds are
+    # run on different days and commits
+    today = suite.datetime.datetime.now(suite.datetime.UTC).date().isoformat()
+    assert r["date"] == today and r["commit"] == suite.head_commit() != ""
+    assert suite.run_of(r) == f"{today}, {r['commit']}" and suite.run_of({}) == "-"
     # the curve against the run's clock: 61 points to the time limit, a value from the first
     # episode's end to the run's end (a 1 s limit: this run ends within about a second)
     assert r["curve_seconds"][-1] == 60.0 and len(r["curve_by_time"]) == 61
@@ -189,10 +194,15 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
             "curve_seconds": [0.0, 3600.0], "curve_by_time": [None, final],
         }  # fmt: skip
         (folder / f"seed-{seed}.json").write_text(suite.json.dumps(r))
-    report = suite.report("atari5", [task], tmp_path, 3, tmp_path / "docs").read_text()
+    unrun = next(t for t in suite.SUITES["atari5"] if t.name == "BreakoutNoFrameskip-v4")
+    report = suite.report("atari5", [unrun, task], tmp_path, 3, tmp_path / "docs").read_text()
     assert "| 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
     assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 (9.6 at 30 min) |" in report
-    assert (tmp_path / "docs" / "suite-atari5.png").stat().st_size > 0  # its curve by time
+    assert report.count("| - | - |\n") == 3  # no machine speed, no date and commit recorded
+    assert "| BreakoutNoFrameskip-v4 | no run yet |" in report
+    # its curve by time, in one panel: a task without runs gets none (4.2 inches at 100 dpi)
+    png = (tmp_path / "docs" / "suite-atari5.png").read_bytes()
+    assert int.from_bytes(png[16:20], "big") == 420
 
 
 def test_a_results_machine_speed_names_its_cpu_and_bfloat16_units(monkeypatch):
