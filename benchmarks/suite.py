@@ -386,6 +386,7 @@ def run_one(task: Task, seed: int, out: Path, speed: dict | None = None) -> dict
     tmp = Path(tempfile.mkdtemp(prefix="asyncrl-suite-"))
     run_dir = tmp / "run"
     cmd = command(task, seed, run_dir)
+    started = {"date": utc_date(), "commit": head_commit()}  # a commit may land during the run
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
@@ -398,7 +399,7 @@ def run_one(task: Task, seed: int, out: Path, speed: dict | None = None) -> dict
             f"{run_dir}\n{proc.stderr[-3000:]}"
         )
     try:
-        result = measure(task, seed, run_dir, shlex.join(cmd), wall, out, speed)
+        result = measure(task, seed, run_dir, shlex.join(cmd), wall, out, speed, started)
     except BaseException:
         print(f"{task.name} seed {seed}: not measured; its run directory is kept: {run_dir}")
         raise
@@ -414,10 +415,13 @@ def measure(
     wall: float,
     out: Path,
     speed: dict | None = None,
+    started: dict | None = None,
 ) -> dict:
     """The result of one finished run: its summary, its learning curve, and an evaluation on
     starts no run saw of the model it keeps, or, where the task's time limit ended it unsolved
-    (the atari5 tasks have no reachable target), of its last: the agent after that time."""
+    (the atari5 tasks have no reachable target), of its last: the agent after that time.
+    ``started``: the UTC date and the commit the run started on; a run measured from its
+    directory (``--from-run``) gets its summary's date and no commit (none is recorded)."""
     import asyncrl
 
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -445,8 +449,7 @@ def measure(
         "curve": curve(run_dir / "episodes.csv", grid),
         "machine_speed": speed,
         # a suite's seeds are run on different days, machines and commits: each names its own
-        "date": datetime.datetime.now(datetime.UTC).date().isoformat(),
-        "commit": head_commit(),
+        **(started or {"date": utc_date((run_dir / "summary.json").stat().st_mtime)}),
     }
     if task.milestones:
         per_step = summary["total_frames"] / max(summary["total_steps"], 1)
@@ -497,6 +500,12 @@ def throughput(r: dict) -> str:
     """A result's training frames/s and the encoder's precision ("-": not recorded)."""
     fps = r.get("frames_per_second")
     return "-" if fps is None else f"{fps:,.0f} ({r.get('precision', '-')})"
+
+
+def utc_date(timestamp: float | None = None) -> str:
+    """The UTC date of a POSIX time (None: now), as the suite's records and reports give it."""
+    when = time.time() if timestamp is None else timestamp
+    return datetime.datetime.fromtimestamp(when, datetime.timezone.utc).date().isoformat()
 
 
 def head_commit() -> str:
@@ -555,7 +564,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    commit, date = head_commit(), datetime.date.today().isoformat()
+    commit, date = head_commit(), utc_date()
     cmd = f"python benchmarks/suite.py {suite} --seeds {seeds}"
     lines = [
         f"# Benchmark suite: {suite}",

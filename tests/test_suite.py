@@ -134,11 +134,12 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
         r["final_train_mean"]
     )
     assert r["command"].startswith("timeout -s INT 60 ") and "--seed 2" in r["command"]
-    # each result names the day (UTC) and the commit it was taken on: a suite's seeds are
-    # run on different days and commits
-    today = suite.datetime.datetime.now(suite.datetime.UTC).date().isoformat()
-    assert r["date"] == today and r["commit"] == suite.head_commit() != ""
-    assert suite.run_of(r) == f"{today}, {r['commit']}" and suite.run_of({}) == "-"
+    # a run measured from its directory has its summary's date (UTC) and no commit: none is
+    # recorded there (a run the suite trains has both: the test below)
+    mtime = (run / "summary.json").stat().st_mtime
+    day = suite.datetime.datetime.fromtimestamp(mtime, suite.datetime.timezone.utc).date()
+    assert r["date"] == day.isoformat() and "commit" not in r
+    assert suite.run_of(r) == r["date"] and suite.run_of({}) == "-"
     # the curve against the run's clock: 61 points to the time limit, a value from the first
     # episode's end to the run's end (a 1 s limit: this run ends within about a second)
     assert r["curve_seconds"][-1] == 60.0 and len(r["curve_by_time"]) == 61
@@ -169,8 +170,14 @@ def test_a_run_its_time_limit_ends_is_measured_and_a_failed_one_keeps_its_direct
     (tmp_path / "tmp").mkdir()
     args = ("--steps", "50000000", "--target-return", "1e9", "--workers", "1")
     task = suite.Task("Timed", "CartPole-v1", 475.0, args, eval_episodes=2, extras=("timeout", "8"))
+    commit = suite.head_commit()
+    before = suite.utc_date()
     r = suite.run_one(task, 0, tmp_path / "seed-0.json")
     assert r["model"] == "model.pt" and r["process_seconds"] >= 8 and r["total_steps"] > 0
+    # the day (UTC) and the commit the run started on: a suite's seeds are run on different
+    # days and commits
+    assert r["date"] == before and r["commit"] == commit != ""
+    assert suite.run_of(r) == f"{before}, {commit}"
     assert not (tmp_path / "tmp").exists()  # measured: the run directory goes
     (tmp_path / "tmp").mkdir()
     bad = suite.Task("Bad", "CartPole-v1", 475.0, ("--steps", "-1"), extras=("timeout", "8"))
