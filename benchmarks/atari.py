@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import run_train, solve, steady_rate
+from common import off_ray, run_train, solve, steady_rate
 
 #: the learner the throughput, ceiling and SB3 figures are of: A3C with the atari preset's
 #: A3C settings (the preset itself picks APPO since 2026-11-25); extra arguments after ``--``
@@ -60,7 +60,8 @@ def throughput(args: argparse.Namespace) -> None:
                 backend, w, net = cell
                 extra = ["--env", args.env, *A3C, "--workers", str(w), "--net", net]
                 extra += ["--backend", backend]
-                extra += ["--steps", str(args.steps), "--target-return", "1e9", *args.extra]
+                more = args.extra if backend == "ray" else off_ray(args.extra)
+                extra += ["--steps", str(args.steps), "--target-return", "1e9", *more]
                 s = run_train(seed, extra, Path(tmp))
                 fps[cell].append(s["frames_per_second"])
                 episodes = Path(s["run_dir"]) / "episodes.csv"

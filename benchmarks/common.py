@@ -13,6 +13,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from asyncrl.config import RAY_ONLY, RAY_TUNING
+
+
+def off_ray(args: list[str]) -> list[str]:
+    """``args`` without the options only Ray reads, which another backend refuses: one set of
+    options serves a sweep over the backends (``-- --ray-pipeline 0``)."""
+    ray = {"--" + n.replace("_", "-") for n in (*RAY_ONLY, *RAY_TUNING)}
+    out, skip = [], False
+    for a in args:
+        if not skip and a.split("=", 1)[0] not in ray:
+            out.append(a)
+        skip = not skip and a in ray  # its value is the next argument
+    return out
+
 
 def run_train(seed: int, extra: list[str], workdir: Path) -> dict:
     """One whole `asyncrl train` process; its summary plus the process wall time."""

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import run_train, steady_rate
+from common import off_ray, run_train, steady_rate
 
 
 def main() -> None:
@@ -44,7 +44,8 @@ def main() -> None:
         for seed in range(args.seeds):
             for b, w in cells:  # interleaved: drift in the machine's speed hits every cell alike
                 extra = ["--backend", b, "--workers", str(w), "--steps", str(args.steps)]
-                s = run_train(seed, [*extra, "--target-return", "1e9", *args.extra], Path(tmp))
+                more = args.extra if b == "ray" else off_ray(args.extra)
+                s = run_train(seed, [*extra, "--target-return", "1e9", *more], Path(tmp))
                 phase[(b, w)].append(s["steps_per_second"])
                 whole[(b, w)].append(s["total_steps"] / s["process_seconds"])
                 steady[(b, w)].append(

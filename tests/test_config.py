@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import asyncrl
 from asyncrl.algos import make_algorithm
 from asyncrl.cli import main
 from asyncrl.config import Q_METHODS, Config, _numeric_fields, auto_preset, preset
@@ -121,7 +122,40 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
     # minibatch (tests/backends/test_ray.py learns with it); A3C keeps its batch of 8
     assert (pong.ray_batch, pong.ray_pipeline) == (1, 0)
     assert (a3c.ray_batch, a3c.ray_pipeline) == (8, 1)
-    assert preset(None, env="CartPole-v1", algo="appo", ray_batch=4).ray_batch == 4
+    assert preset(None, env="CartPole-v1", algo="appo", backend="ray", ray_batch=4).ray_batch == 4
+
+
+@pytest.mark.parametrize("name", ["ray_batch", "ray_pipeline"])
+def test_ray_tuning_given_off_ray_is_refused_and_a_presets_is_kept(name):
+    """The presets set Ray's tuning per algorithm on every backend (so that a run resumed on
+    Ray has its algorithm's); given off Ray, it would be ignored."""
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(UserError, match=f"{flag}: applies to --backend ray only .* processes"):
+        preset(None, env="CartPole-v1", algo="appo", **{name: 0 if "pipe" in name else 2})
+    cfg = Config(env="CartPole-v1", backend="threads")
+    with pytest.raises(UserError, match=f"{flag}: applies to --backend ray only .* threads"):
+        asyncrl.train(cfg, **{name: 1}, progress=False)
+    appo = preset(None, env="CartPole-v1", algo="appo").validate()  # its own: not refused
+    assert (appo.backend, appo.ray_batch, appo.ray_pipeline) == ("processes", 1, 0)
+
+
+def test_the_gaussians_options_are_for_box_actions():
+    """A preset's Gaussian options are left out for other actions (the probe given, or made for
+    the env named); given, they are refused. --log-std-init is --gaussian-std param's alone."""
+    info = probe_env("CartPole-v1")
+    cfg = preset("mujoco", info=info, env="CartPole-v1").check_env(info)
+    assert (cfg.log_std_init, cfg.gaussian_std) == (0.0, "param")
+    assert preset("box2d", env="LunarLander-v3").check_env(probe_env("LunarLander-v3"))
+    softplus = preset("mujoco", env="Pendulum-v1", gaussian_std="softplus").validate()
+    assert softplus.log_std_init == 0.0
+    with pytest.raises(UserError, match="--log-std-init: is where --gaussian-std param's"):
+        preset("mujoco", env="Pendulum-v1", gaussian_std="softplus", log_std_init=-2.0).validate()
+    for given in ({"log_std_init": -1.0}, {"gaussian_std": "softplus"}):
+        (name,) = given
+        with pytest.raises(UserError, match=f"--{name.replace('_', '-')}: CartPole-v1 has Disc"):
+            preset("mujoco", info=info, env="CartPole-v1", **given).check_env(info)
+    pendulum = probe_env("Pendulum-v1")
+    assert preset("mujoco", info=pendulum, env="Pendulum-v1").log_std_init == -1.0
 
 
 QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-progress"]
@@ -144,6 +178,20 @@ QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-prog
         (["--time-limit", "inf"], "--time-limit: give a positive time"),
         (["--rms-init", "-1"], "--rms-init: must be >= 0, got -1.0"),
         (["--rms-init", "nan"], "--rms-init: must be a finite number"),
+        # argparse reads '-1e-3' and '-5s' as options, so it says only that the value is
+        # missing: the error names the '=' form, under which the value's own check speaks
+        # (values that no version of argparse reads as numbers: 3.14 reads '-1e-3' as one)
+        (["--lr", "-x"], "expected one argument; a value that starts with '-' goes after"),
+        (["--checkpoint-every", "-s5"], "'=': --checkpoint-every=VALUE"),
+        # a value left out, an option next: no hint
+        (["--lr", "--seed", "1"], "argument --lr: expected one argument (see asyncrl train"),
+        (["--checkpoint-every=-5s"], "--checkpoint-every: give seconds ('60s') or global"),
+        (["--lr=-1e-3"], "--lr: must be > 0, got -0.001"),
+        # read only on Ray, or by a Gaussian policy
+        (["--ray-batch", "4"], "--ray-batch: applies to --backend ray only (this run's"),
+        (["--ray-pipeline", "0"], "drop --ray-pipeline, or add --backend ray"),
+        (["--log-std-init=-1"], "--log-std-init: CartPole-v1 has Discrete actions"),
+        (["--gaussian-std", "softplus"], "(drop --gaussian-std)"),
     ],
 )
 def test_a_number_that_is_not_finite_or_in_range_is_one_line_and_exit_2(

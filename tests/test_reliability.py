@@ -476,6 +476,8 @@ def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_r
     assert resumed["max_staleness"] is None and resumed["ray_servers"] == 1
     with pytest.raises(UserError, match="--max-staleness: applies to --backend ray only"):
         asyncrl.train(resume=finished_run, backend="threads", max_staleness=2, progress=False)
+    with pytest.raises(UserError, match="--ray-batch: applies to --backend ray only"):
+        asyncrl.train(resume=finished_run, backend="threads", ray_batch=2, progress=False)
 
 
 @pytest.mark.parametrize(
@@ -487,6 +489,9 @@ def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_r
         ({"epochs": 2}, {"epochs": 3}, "--epochs: a3c does not read it (it applies to appo)"),
         ({"rho_bar": 2.0}, {"rho_bar": 3.0}, "--rho-bar: truncates V-trace's importance"),
         ({"obs_clip": 5.0}, {"obs_clip": 4.0}, "--obs-clip: clips normalised observations"),
+        # the Gaussian's options, on CartPole's Discrete actions
+        ({"log_std_init": -1.0}, {"log_std_init": -2.0}, "--log-std-init: CartPole-v1 has"),
+        ({"gaussian_std": "softplus"}, {"gaussian_std": "softplus"}, "(drop --gaussian-std)"),
     ],
 )
 def test_a_resume_drops_a_saved_option_an_older_version_accepted_and_ignored(

@@ -275,3 +275,13 @@ def test_the_a3c_hours_are_the_five_games_protocol_with_the_presets_a3c(tmp_path
         assert (u.extras, u.target, u.human) == (t.extras, t.target, t.human)
         cmd = suite.command(u, 0, tmp_path)
         assert cmd[:4] == ["timeout", "-s", "INT", "3600"] and cmd[-2:] == ["--algo", "a3c"]
+
+
+def test_a_sweep_over_the_backends_gives_the_ray_only_options_to_ray_alone():
+    """Another backend refuses them: ``throughput.py --backends processes ray -- --ray-pipeline
+    0`` (and ``atari.py throughput``) give the processes cells the rest."""
+    import common
+
+    args = ["--ray-pipeline", "0", "--lr", "1e-3", "--ray-batch=4", "--max-staleness", "2", "-x"]
+    assert common.off_ray(args) == ["--lr", "1e-3", "-x"]
+    assert common.off_ray(["--lr", "1e-3"]) == ["--lr", "1e-3"]

@@ -6,6 +6,8 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
+import itertools
+import re
 import sys
 import threading
 import types
@@ -18,7 +20,22 @@ from asyncrl.errors import Interrupted, TrainingError, UserError
 
 
 class _Parser(argparse.ArgumentParser):
+    _args: tuple[str, ...] = ()  # what this parser was given: its error looks at it
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._args = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
+        flag = re.fullmatch(r"argument (--[\w-]+): expected one argument", message)
+        # argparse (up to Python 3.13) reads a value such as '-5s' or '-1e-3' as an option, and
+        # says only that the value is missing: name the form it does read, so that the value's
+        # own check speaks (an option next to the flag is a value left out: no hint)
+        if flag and any(
+            a == flag[1] and b.startswith("-") and b not in self._option_string_actions
+            for a, b in itertools.pairwise(self._args)
+        ):
+            message += f"; a value that starts with '-' goes after '=': {flag[1]}=VALUE"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -11,7 +11,7 @@ import numbers
 import textwrap
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -697,6 +697,13 @@ class Config:
             "holds); tanh squashes onto finite bounds only (drop --squash: actions are then "
             "clipped to the bounds)",
         )
+        for name in BOX_ONLY:
+            _need(
+                info.action.kind == "box" or getattr(self, name) == field_default(name),
+                _flag(name),
+                f"{info.env_id} has {info.action.describe()} actions; --{_flag(name)} shapes "
+                f"the Gaussian policy of Box actions (drop --{_flag(name)})",
+            )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -732,6 +739,28 @@ RAY_ONLY: dict[str, tuple[Any, str]] = {
     ),
     "ray_servers": (1, "applies to --backend ray only (other backends share parameters in memory)"),
 }
+
+#: Ray's tuning, which the presets set per algorithm whatever the backend (APPO's differs from
+#: A3C's), so that a run resumed on Ray has its algorithm's: refused off Ray only where given
+#: (:func:`refuse_given`)
+RAY_TUNING = ("ray_batch", "ray_pipeline")
+
+#: the options only a Gaussian policy (Box actions) reads: a preset's value is left out for
+#: other action spaces (:func:`preset`), one given is refused (:meth:`Config.check_env`), and
+#: a resumed run's saved one goes back to its default (asyncrl.trainer)
+BOX_ONLY = ("gaussian_std", "log_std_init")
+
+
+def refuse_given(given: Mapping[str, Any], backend: str) -> None:
+    """Raise :class:`UserError` for an option ``given`` (by the caller, not a preset) that a
+    run on ``backend`` would not read."""
+    for name in RAY_TUNING:
+        _need(
+            name not in given or backend == "ray",
+            _flag(name),
+            f"applies to --backend ray only (this run's backend is {backend}): drop "
+            f"--{_flag(name)}, or add --backend ray",
+        )
 
 
 POLICY_GRADIENT = ("a3c", "appo")
@@ -778,6 +807,11 @@ READ_WITH: dict[str, tuple[Callable[[Config], bool], str]] = {
     "obs_clip": (
         lambda c: c.normalize_obs,
         "clips normalised observations: add --normalize-obs, or drop --obs-clip",
+    ),
+    "log_std_init": (
+        lambda c: c.gaussian_std == "param",
+        "is where --gaussian-std param's log-std starts; softplus computes the std from a head: "
+        "drop --log-std-init",
     ),
     "rms_alpha": (
         lambda c: c.optimizer == "rmsprop",
@@ -1049,7 +1083,10 @@ def auto_preset(env: str, env_kwargs: tuple[str, ...] = ()) -> str:
 def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -> Config:
     """A :class:`Config` from a named preset with ``overrides`` applied; ``None`` picks the
     preset the env calls for: the one ``info`` names (the env's probe, which then need not be
-    made again: :func:`asyncrl.envs.probe_env`), else :func:`auto_preset`'s."""
+    made again: :func:`asyncrl.envs.probe_env`), else :func:`auto_preset`'s. A preset's
+    Gaussian options are left out where the env's actions are not Box (``info``, or a probe
+    of the env named, where a named preset sets them)."""
+    named = name is not None
     if name is None:
         env = overrides.get("env", Config.env)
         if info is None:
@@ -1066,6 +1103,17 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
     if algo == "appo":
         values |= _APPO | _APPO_BY_PRESET.get(name, {})
     values = {k: v for k, v in values.items() if algo in ALGO_ONLY.get(k, (algo,))}
+    # a preset named for an env it was not made for (the env's own is picked from its spec:
+    # no probe, no install needed to pick it)
+    if named and info is None and "env" in overrides and any(k in values for k in BOX_ONLY):
+        from asyncrl.envs import parse_env_kwargs, probe_env
+
+        info = probe_env(overrides["env"], parse_env_kwargs(overrides.get("env_kwargs", ())))
+    if info is not None and info.action.kind != "box":  # (--preset mujoco on CartPole)
+        values = {k: v for k, v in values.items() if k not in BOX_ONLY}
+    if {**values, **overrides}.get("gaussian_std", Config.gaussian_std) != "param":
+        values.pop("log_std_init", None)  # (softplus: the std comes from a head)
+    refuse_given(overrides, overrides.get("backend", values.get("backend", Config.backend)))
     if {**values, **overrides}.get("optimizer", Config.optimizer) != "rmsprop":
         values.pop("rms_init", None)  # RMSProp's start: nothing to Adam (APPO's layer)
     return Config(**{**values, **overrides})

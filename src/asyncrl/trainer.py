@@ -20,7 +20,16 @@ import torch
 from asyncrl.algos import Algorithm, make_algorithm
 from asyncrl.backends import cluster_for, make_run, worker_count
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
-from asyncrl.config import ALGO_ONLY, RAY_ONLY, READ_WITH, Config, field_default, preset
+from asyncrl.config import (
+    ALGO_ONLY,
+    BOX_ONLY,
+    RAY_ONLY,
+    READ_WITH,
+    Config,
+    field_default,
+    preset,
+    refuse_given,
+)
 from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.evaluation import Evaluation, Evaluator
@@ -239,6 +248,7 @@ def _config(
             info = probed(info, env, kwargs)
             return preset(None, info=info, **overrides).validate().check_env(info), None, info
         cfg = dataclasses.replace(cfg, **overrides).validate()
+        refuse_given(overrides, cfg.backend)
         info = probed(info, cfg.env, cfg.env_kwargs_dict)
         return cfg.check_env(info), None, info
     run_dir = RunDir.existing(resume, "config", flag="--resume")
@@ -261,7 +271,11 @@ def _config(
         dataclasses.replace(saved, **overrides, run_dir=str(run_dir)), overrides
     )
     cfg = cfg.validate()
+    refuse_given(overrides, cfg.backend)
     info = probed(info, cfg.env, cfg.env_kwargs_dict)
+    if info.action.kind != "box":  # (the Gaussian's options: see _unused_at_defaults)
+        reset = {n: field_default(n) for n in BOX_ONLY if n not in overrides}
+        cfg = dataclasses.replace(cfg, **reset)
     return cfg.check_env(info), load_checkpoint(run_dir.path), info
 
 
@@ -271,7 +285,8 @@ def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
     and ignored (an option of another algorithm, --rms-init or --rms-alpha with Adam, --rho-bar
     or --c-bar without --vtrace, --n-step or --missing zero with it, --obs-clip without
     --normalize-obs, --confirm-stderr with --stop-on train, --lstm-size without a core,
-    --no-shared-trunk with one). The command
+    --no-shared-trunk with one; the Gaussian's options without Box actions, which _config
+    resets once it has probed the env). The command
     line cannot unset them, and the run learnt without them; options given now are checked as
     given (and refused where they would be ignored)."""
     reset: dict[str, Any] = {}
