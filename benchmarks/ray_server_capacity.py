@@ -46,14 +46,14 @@ def setup(env: str, batch: int) -> tuple[asyncrl.Config, GlobalState]:
 
 def inproc_updates_per_s(cfg: asyncrl.Config, state: GlobalState, seconds: float) -> float:
     server = ParameterServer(cfg, state.snapshot())
-    n = state.params.numel()
-    grads = np.random.default_rng(0).standard_normal((cfg.ray_batch, n)).astype(np.float32)
+    n, batch = state.params.numel(), cfg.ray_tuning()[0]
+    grads = np.random.default_rng(0).standard_normal((batch, n)).astype(np.float32)
     grads *= 1e-3
     t0, done = time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
-        meta = [(True, server.version, 40)] * cfg.ray_batch
+        meta = [(True, server.version, 40)] * batch
         server.push_pull(grads, meta, [], 0, False)
-        done += cfg.ray_batch
+        done += batch
     return done / (time.perf_counter() - t0)
 
 
@@ -90,7 +90,7 @@ def ray_updates_per_s(
             return calls
 
     pool = [Caller.remote() for _ in range(callers)]
-    batch = cfg.ray_batch
+    batch = cfg.ray_tuning()[0]
     ray.get([c.go.remote(pool_s, bounds, batch, time.time() + 1.0) for c in pool])  # warm up
     v0 = ray.get(pool_s[0].statistics.remote())["version"]
     t0 = time.time()

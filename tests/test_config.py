@@ -1,7 +1,9 @@
 """Presets picked from the env, the Gaussian options reaching the model, and the checks of
 every option's value."""
 
+import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -119,24 +121,29 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
     # what the user gives wins over both layers
     assert preset(None, env="PongNoFrameskip-v4", algo="appo", t_max=64).t_max == 64
     # on Ray each minibatch's gradient is a call of its own, answered before the next
-    # minibatch (tests/backends/test_ray.py learns with it); A3C keeps its batch of 8
-    assert (pong.ray_batch, pong.ray_pipeline) == (1, 0)
-    assert (a3c.ray_batch, a3c.ray_pipeline) == (8, 1)
-    assert preset(None, env="CartPole-v1", algo="appo", backend="ray", ray_batch=4).ray_batch == 4
+    # minibatch (tests/backends/test_ray.py learns with it); A3C keeps its batch of 8: the
+    # algorithm's where not given, the presets leave Ray's tuning unset
+    assert (pong.ray_batch, pong.ray_pipeline, pong.ray_tuning()) == (None, None, (1, 0))
+    assert (a3c.ray_batch, a3c.ray_pipeline, a3c.ray_tuning()) == (None, None, (8, 1))
+    given = preset(None, env="CartPole-v1", algo="appo", backend="ray", ray_batch=4)
+    assert given.ray_tuning() == (4, 0)
 
 
 @pytest.mark.parametrize("name", ["ray_batch", "ray_pipeline"])
-def test_ray_tuning_given_off_ray_is_refused_and_a_presets_is_kept(name):
-    """The presets set Ray's tuning per algorithm on every backend (so that a run resumed on
-    Ray has its algorithm's); given off Ray, it would be ignored."""
-    flag = "--" + name.replace("_", "-")
+def test_ray_tuning_off_ray_is_refused_however_given(name):
+    """Ray's tuning is unset until given (a Ray run takes its algorithm's:
+    Config.ray_tuning), so given off Ray, in a Config as on the command line, it is refused:
+    the run would ignore it. A preset's config holds none."""
+    flag, value = "--" + name.replace("_", "-"), 0 if "pipe" in name else 2
     with pytest.raises(UserError, match=f"{flag}: applies to --backend ray only .* processes"):
-        preset(None, env="CartPole-v1", algo="appo", **{name: 0 if "pipe" in name else 2})
-    cfg = Config(env="CartPole-v1", backend="threads")
+        preset(None, env="CartPole-v1", algo="appo", **{name: value}).validate()
+    # the value a preset used to set on every backend, given in a Config: refused all the same
+    cfg = Config(env="CartPole-v1", backend="threads", **{name: 1})
     with pytest.raises(UserError, match=f"{flag}: applies to --backend ray only .* threads"):
-        asyncrl.train(cfg, **{name: 1}, progress=False)
-    appo = preset(None, env="CartPole-v1", algo="appo").validate()  # its own: not refused
-    assert (appo.backend, appo.ray_batch, appo.ray_pipeline) == ("processes", 1, 0)
+        asyncrl.train(cfg, progress=False)
+    appo = preset(None, env="CartPole-v1", algo="appo").validate()
+    assert (appo.backend, appo.ray_batch, appo.ray_pipeline) == ("processes", None, None)
+    assert preset(None, env="CartPole-v1", algo="appo", backend="ray", **{name: value}).validate()
 
 
 def test_the_gaussians_options_are_for_box_actions():
@@ -144,18 +151,30 @@ def test_the_gaussians_options_are_for_box_actions():
     the env named); given, they are refused. --log-std-init is --gaussian-std param's alone."""
     info = probe_env("CartPole-v1")
     cfg = preset("mujoco", info=info, env="CartPole-v1").check_env(info)
-    assert (cfg.log_std_init, cfg.gaussian_std) == (0.0, "param")
+    assert (cfg.log_std_init, cfg.gaussian_std) == (None, None)
     assert preset("box2d", env="LunarLander-v3").check_env(probe_env("LunarLander-v3"))
     softplus = preset("mujoco", env="Pendulum-v1", gaussian_std="softplus").validate()
-    assert softplus.log_std_init == 0.0
+    assert softplus.log_std_init is None
     with pytest.raises(UserError, match="--log-std-init: is where --gaussian-std param's"):
         preset("mujoco", env="Pendulum-v1", gaussian_std="softplus", log_std_init=-2.0).validate()
-    for given in ({"log_std_init": -1.0}, {"gaussian_std": "softplus"}):
+    # given at the Gaussian's own defaults (param, 0) too: unset until given, so refused alike
+    for given in ({"log_std_init": -1.0}, {"gaussian_std": "softplus"}, {"log_std_init": 0.0}):
         (name,) = given
         with pytest.raises(UserError, match=f"--{name.replace('_', '-')}: CartPole-v1 has Disc"):
             preset("mujoco", info=info, env="CartPole-v1", **given).check_env(info)
+        with pytest.raises(UserError, match=f"--{name.replace('_', '-')}: CartPole-v1 has Disc"):
+            Config(env="CartPole-v1", **given).check_env(info)
+    # a Box preset made without its env keeps its options; a Discrete env given later is
+    # refused with the way out named
+    with pytest.raises(UserError, match=re.escape("-1.0) shapes the Gaussian policy of Box")):
+        dataclasses.replace(preset("mujoco"), env="CartPole-v1").check_env(info)
     pendulum = probe_env("Pendulum-v1")
     assert preset("mujoco", info=pendulum, env="Pendulum-v1").log_std_init == -1.0
+    # unset, the Gaussian starts from ModelSpec's defaults: a parameter at log-std 0
+    spec = make_algorithm(Config(env="Pendulum-v1"), pendulum).model_spec()
+    assert (spec.gaussian_std, spec.log_std_init) == ("param", 0.0)
+    spec = make_algorithm(preset("mujoco", env="Pendulum-v1"), pendulum).model_spec()
+    assert (spec.gaussian_std, spec.log_std_init) == ("param", -1.0)
 
 
 QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-progress"]
@@ -188,10 +207,13 @@ QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-prog
         (["--checkpoint-every=-5s"], "--checkpoint-every: give seconds ('60s') or global"),
         (["--lr=-1e-3"], "--lr: must be > 0, got -0.001"),
         # read only on Ray, or by a Gaussian policy
-        (["--ray-batch", "4"], "--ray-batch: applies to --backend ray only (this run's"),
+        (["--ray-batch", "4"], "--ray-batch: applies to --backend ray only (other backends"),
         (["--ray-pipeline", "0"], "drop --ray-pipeline, or add --backend ray"),
         (["--log-std-init=-1"], "--log-std-init: CartPole-v1 has Discrete actions"),
-        (["--gaussian-std", "softplus"], "(drop --gaussian-std)"),
+        (["--gaussian-std", "softplus"], "(drop --gaussian-std;"),
+        # given at the Gaussian's defaults: read by no policy of Discrete actions all the same
+        (["--log-std-init", "0"], "--log-std-init: CartPole-v1 has Discrete actions"),
+        (["--gaussian-std", "param"], "(drop --gaussian-std"),
     ],
 )
 def test_a_number_that_is_not_finite_or_in_range_is_one_line_and_exit_2(

@@ -468,12 +468,14 @@ def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_r
     with --backend threads (given there, they are refused)."""
     path = finished_run / "config.json"
     cfg = json.loads(path.read_text())
-    cfg |= {"backend": "ray", "max_staleness": 4, "ray_servers": 2}  # as a Ray run saves them
+    # as a Ray run saves them
+    cfg |= {"backend": "ray", "max_staleness": 4, "ray_servers": 2, "ray_batch": 4}
     path.write_text(json.dumps(cfg))
     summary = asyncrl.train(resume=finished_run, backend="threads", steps=3_500, progress=False)
     assert summary["resumed"] and summary["total_steps"] >= 3_500
     resumed = json.loads(path.read_text())
     assert resumed["max_staleness"] is None and resumed["ray_servers"] == 1
+    assert resumed["ray_batch"] is None
     with pytest.raises(UserError, match="--max-staleness: applies to --backend ray only"):
         asyncrl.train(resume=finished_run, backend="threads", max_staleness=2, progress=False)
     with pytest.raises(UserError, match="--ray-batch: applies to --backend ray only"):
@@ -491,7 +493,12 @@ def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_r
         ({"obs_clip": 5.0}, {"obs_clip": 4.0}, "--obs-clip: clips normalised observations"),
         # the Gaussian's options, on CartPole's Discrete actions
         ({"log_std_init": -1.0}, {"log_std_init": -2.0}, "--log-std-init: CartPole-v1 has"),
-        ({"gaussian_std": "softplus"}, {"gaussian_std": "softplus"}, "(drop --gaussian-std)"),
+        ({"gaussian_std": "softplus"}, {"gaussian_std": "softplus"}, "(drop --gaussian-std;"),
+        # the Gaussian's defaults, which older versions saved for every action space
+        ({"gaussian_std": "param"}, {"log_std_init": 0.0}, "--log-std-init: CartPole-v1 has"),
+        # Ray's tuning, which older versions' presets saved for every backend
+        ({"ray_batch": 1}, {"ray_batch": 1}, "--ray-batch: applies to --backend ray only"),
+        ({"ray_pipeline": 0}, {"ray_pipeline": 0}, "--ray-pipeline: applies to --backend ray"),
     ],
 )
 def test_a_resume_drops_a_saved_option_an_older_version_accepted_and_ignored(

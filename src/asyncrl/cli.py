@@ -15,7 +15,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from asyncrl.config import PRESETS, Config, field_docs, preset
+from asyncrl.config import PRESETS, Config, field_docs, field_hints, preset
 from asyncrl.errors import Interrupted, TrainingError, UserError
 
 
@@ -40,19 +40,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    hints = typing.get_type_hints(Config)
+    hints = field_hints()
     docs = field_docs()
     for f in dataclasses.fields(Config):
-        hint = hints[f.name]
+        hint, _ = hints[f.name]
         flag = "--" + f.name.replace("_", "-")
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
         default = f.default
         help_ = docs.get(f.name, "") + ("" if default is None else f" (default: {default})")
         args = typing.get_args(hint)
-        optional = type(None) in args
-        if optional:
-            hint = next(a for a in args if a is not type(None))
-            args = typing.get_args(hint)
         origin = typing.get_origin(hint)
         if hint is bool:
             kw["action"] = argparse.BooleanOptionalAction

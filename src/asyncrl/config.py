@@ -11,7 +11,7 @@ import numbers
 import textwrap
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -76,18 +76,19 @@ class Config:
     max_staleness: int | None = None
     """ray: drop gradients computed from parameters more than this many versions old (lag is
     counted per gradient, so it grows by one within each call of --ray-batch gradients)"""
-    ray_batch: int = 8
+    ray_batch: int | None = None
     """ray: rollouts whose gradients travel to the parameter server in one call (each is
-    applied as an update of its own); fewer calls, staler gradients"""
+    applied as an update of its own); fewer calls, staler gradients (default: 8; APPO 1, a
+    call per minibatch)"""
     ray_servers: int = 1
     """ray: parameter-server actors, each holding a contiguous slice of the parameters and of
     the optimizer statistics (a sharded server, for many workers and big models; each worker
     call goes to every one in parallel)"""
-    ray_pipeline: int = 1
+    ray_pipeline: int | None = None
     """ray: calls left in flight while the worker goes on collecting (0 or 1); 1 hides the
     round trip (the worker steps its envs while its gradients travel; measurements in
     docs/ray.md) at the cost of one more call's worth (--ray-batch rollouts) of staleness; 0
-    waits for each reply"""
+    waits for each reply (default: 1; APPO 0)"""
     ray_grad_dtype: Literal["float32", "bfloat16"] = "float32"
     """ray: the precision gradients travel to the parameter server in; bfloat16 halves the bytes
     in (7 bits of mantissa, rounded to nearest; the server's optimizer works in float32)"""
@@ -208,12 +209,12 @@ class Config:
     obs_clip: float = 10.0
     """with --normalize-obs: clip normalised observations to +-this (it only bounds the inputs,
     so a resumed run may change it; --normalize-obs itself it may not)"""
-    gaussian_std: Literal["param", "softplus"] = "param"
-    """A3C with Box actions: the Gaussian's std as a state-independent parameter (param) or a
-    softplus of a second head (softplus, the paper)"""
-    log_std_init: float = 0.0
-    """A3C with Box actions and --gaussian-std param: the log-std the policy starts from (0: a
-    standard deviation of 1)"""
+    gaussian_std: Literal["param", "softplus"] | None = None
+    """A3C with Box actions: the Gaussian's std as a state-independent parameter (param, the
+    default) or a softplus of a second head (softplus, the paper)"""
+    log_std_init: float | None = None
+    """A3C with Box actions and --gaussian-std param: the log-std the policy starts from
+    (default: 0, a standard deviation of 1)"""
     squash: bool = False
     """A3C with Box actions: squash Gaussian samples into the bounds with tanh (the
     log-probability takes the change of variables) instead of clipping them (the default, as
@@ -357,10 +358,12 @@ class Config:
         with everything, so a range check alone lets it through (and a stop rule at
         --target-return nan never fires); inf passes a lower bound (an infinite --lr or
         --log-std-init makes the first update or the first action NaN)."""
-        for name, choices in _choice_fields().items():
+        for name, (choices, optional) in _choice_fields().items():
             value = getattr(self, name)
             _need(
-                value in choices, _flag(name), f"got {value!r}, choose one of {', '.join(choices)}"
+                value in choices or (optional and value is None),
+                _flag(name),
+                f"got {value!r}, choose one of {', '.join(choices)}",
             )
         for name, kind in _numeric_fields().items():
             value = getattr(self, name)
@@ -456,15 +459,38 @@ class Config:
             "max-staleness",
             f"must be >= 0, got {self.max_staleness}",
         )
-        _need(self.ray_batch >= 1, "ray-batch", f"must be >= 1, got {self.ray_batch}")
+        _need(
+            self.ray_batch is None or self.ray_batch >= 1,
+            "ray-batch",
+            f"must be >= 1, got {self.ray_batch}",
+        )
         _need(self.ray_servers >= 1, "ray-servers", f"must be >= 1, got {self.ray_servers}")
         _need(
-            self.ray_pipeline in (0, 1),
+            self.ray_pipeline in (None, 0, 1),
             "ray-pipeline",
             f"must be 0 or 1, got {self.ray_pipeline}",
         )
         for name, (default, why) in RAY_ONLY.items():
-            _need(getattr(self, name) == default or self.backend == "ray", _flag(name), why)
+            _need(
+                getattr(self, name) == default or self.backend == "ray",
+                _flag(name),
+                f"applies to --backend ray only ({why}; this run's backend is {self.backend}): "
+                f"drop --{_flag(name)}, or add --backend ray",
+            )
+
+    def ray_tuning(self) -> tuple[int, int]:
+        """``(ray_batch, ray_pipeline)`` as a Ray run uses them: as given, else the
+        algorithm's. APPO's: each minibatch's gradient goes to the server alone and the
+        worker waits for the parameters it produced, so the next minibatch is taken at them
+        (as on shared memory). A3C's batch of 8 with a call in flight left 8-16 minibatches
+        taken at one stale copy: the ratio stays near 1, nothing is clipped, and CartPole
+        could collapse to a fixed action (docs/ray.md#appo-on-ray). The others: 8 rollouts a
+        call, one call in flight (docs/ray.md)."""
+        batch, pipeline = (1, 0) if self.algo == "appo" else (8, 1)
+        return (
+            batch if self.ray_batch is None else self.ray_batch,
+            pipeline if self.ray_pipeline is None else self.ray_pipeline,
+        )
 
     def _check_targets(self) -> None:
         """The rollout and the targets learnt from it (every algorithm)."""
@@ -699,10 +725,12 @@ class Config:
         )
         for name in BOX_ONLY:
             _need(
-                info.action.kind == "box" or getattr(self, name) == field_default(name),
+                info.action.kind == "box" or getattr(self, name) is None,
                 _flag(name),
-                f"{info.env_id} has {info.action.describe()} actions; --{_flag(name)} shapes "
-                f"the Gaussian policy of Box actions (drop --{_flag(name)})",
+                f"{info.env_id} has {info.action.describe()} actions; --{_flag(name)} "
+                f"({getattr(self, name)!r}) shapes the Gaussian policy of Box actions (drop "
+                f"--{_flag(name)}; a preset for Box actions leaves it out when it is given the "
+                "env: preset(NAME, env=...))",
             )
         return self
 
@@ -728,39 +756,18 @@ class Config:
 #: the options only --backend ray reads: their defaults, and why another backend refuses them
 #: (a resumed run's saved ones go back to these instead: asyncrl.trainer)
 RAY_ONLY: dict[str, tuple[Any, str]] = {
-    "ray_grad_dtype": (
-        "float32",
-        "applies to --backend ray only (other backends share parameters in memory)",
-    ),
-    "address": (None, "joining a cluster needs --backend ray"),
-    "max_staleness": (
-        None,
-        "applies to --backend ray only (shared memory has no stale gradients to drop)",
-    ),
-    "ray_servers": (1, "applies to --backend ray only (other backends share parameters in memory)"),
+    "ray_grad_dtype": ("float32", "other backends share parameters in memory"),
+    "address": (None, "it names the Ray cluster to join"),
+    "max_staleness": (None, "shared memory has no stale gradients to drop"),
+    "ray_servers": (1, "other backends share parameters in memory"),
+    "ray_batch": (None, "other backends apply each gradient in memory as it is taken"),
+    "ray_pipeline": (None, "other backends apply each gradient in memory as it is taken"),
 }
-
-#: Ray's tuning, which the presets set per algorithm whatever the backend (APPO's differs from
-#: A3C's), so that a run resumed on Ray has its algorithm's: refused off Ray only where given
-#: (:func:`refuse_given`)
-RAY_TUNING = ("ray_batch", "ray_pipeline")
 
 #: the options only a Gaussian policy (Box actions) reads: a preset's value is left out for
 #: other action spaces (:func:`preset`), one given is refused (:meth:`Config.check_env`), and
 #: a resumed run's saved one goes back to its default (asyncrl.trainer)
 BOX_ONLY = ("gaussian_std", "log_std_init")
-
-
-def refuse_given(given: Mapping[str, Any], backend: str) -> None:
-    """Raise :class:`UserError` for an option ``given`` (by the caller, not a preset) that a
-    run on ``backend`` would not read."""
-    for name in RAY_TUNING:
-        _need(
-            name not in given or backend == "ray",
-            _flag(name),
-            f"applies to --backend ray only (this run's backend is {backend}): drop "
-            f"--{_flag(name)}, or add --backend ray",
-        )
 
 
 POLICY_GRADIENT = ("a3c", "appo")
@@ -809,7 +816,7 @@ READ_WITH: dict[str, tuple[Callable[[Config], bool], str]] = {
         "clips normalised observations: add --normalize-obs, or drop --obs-clip",
     ),
     "log_std_init": (
-        lambda c: c.gaussian_std == "param",
+        lambda c: c.gaussian_std != "softplus",
         "is where --gaussian-std param's log-std starts; softplus computes the std from a head: "
         "drop --log-std-init",
     ),
@@ -837,13 +844,25 @@ def _need(ok: bool, flag: str, what: str) -> None:
 
 
 @cache
-def _choice_fields() -> dict[str, tuple[str, ...]]:
-    """The fields whose type is a ``Literal``, with their choices."""
-    hints = typing.get_type_hints(Config)
+def field_hints() -> dict[str, tuple[Any, bool]]:
+    """Each :class:`Config` field's type with ``| None`` taken off, and whether it had it (the
+    option may be left unset: None, its default)."""
+    out: dict[str, tuple[Any, bool]] = {}
+    for name, hint in typing.get_type_hints(Config).items():
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = typing.get_origin(hint) in (types.UnionType, typing.Union) and len(args) == 1
+        out[name] = (args[0] if optional else hint, optional)
+    return out
+
+
+@cache
+def _choice_fields() -> dict[str, tuple[tuple[str, ...], bool]]:
+    """The fields whose type is a ``Literal``, optional or not: their choices, and whether
+    they may be left unset."""
     return {
-        f.name: tuple(typing.get_args(hints[f.name]))
-        for f in dataclasses.fields(Config)
-        if typing.get_origin(hints[f.name]) is Literal
+        name: (typing.get_args(hint), optional)
+        for name, (hint, optional) in field_hints().items()
+        if typing.get_origin(hint) is Literal
     }
 
 
@@ -852,16 +871,11 @@ def _numeric_fields() -> dict[str, type]:
     """The fields holding numbers, optional or not, one or a tuple of them: name -> int or
     float."""
     out: dict[str, type] = {}
-    hints = typing.get_type_hints(Config)
-    for f in dataclasses.fields(Config):
-        hint = hints[f.name]
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if typing.get_origin(hint) in (types.UnionType, typing.Union) and len(args) == 1:
-            hint = args[0]  # X | None
+    for name, (hint, _) in field_hints().items():
         if typing.get_origin(hint) is tuple:
             hint = typing.get_args(hint)[0]
         if hint in (int, float):
-            out[f.name] = hint
+            out[name] = hint
     return out
 
 
@@ -1011,13 +1025,6 @@ _APPO: dict[str, Any] = dict(
     normalize_advantage=True,
     max_grad_norm=0.5,
     lr_schedule="constant",
-    # Ray: each minibatch's gradient goes to the server alone and the worker waits for the
-    # parameters it produced, so the next minibatch is taken at them (as on shared memory).
-    # A3C's batch of 8 with a call in flight left 8-16 minibatches taken at one stale copy:
-    # the ratio stays near 1, nothing is clipped, and CartPole could collapse to a fixed
-    # action (the runs: docs/ray.md#appo-on-ray)
-    ray_batch=1,
-    ray_pipeline=0,
 )
 _PPO_LOCOMOTION: dict[str, Any] = dict(
     envs_per_worker=8, t_max=64, epochs=10, minibatches=8, lr=3e-4
@@ -1111,9 +1118,8 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
         info = probe_env(overrides["env"], parse_env_kwargs(overrides.get("env_kwargs", ())))
     if info is not None and info.action.kind != "box":  # (--preset mujoco on CartPole)
         values = {k: v for k, v in values.items() if k not in BOX_ONLY}
-    if {**values, **overrides}.get("gaussian_std", Config.gaussian_std) != "param":
+    if {**values, **overrides}.get("gaussian_std") == "softplus":
         values.pop("log_std_init", None)  # (softplus: the std comes from a head)
-    refuse_given(overrides, overrides.get("backend", values.get("backend", Config.backend)))
     if {**values, **overrides}.get("optimizer", Config.optimizer) != "rmsprop":
         values.pop("rms_init", None)  # RMSProp's start: nothing to Adam (APPO's layer)
     return Config(**{**values, **overrides})

@@ -28,7 +28,6 @@ from asyncrl.config import (
     Config,
     field_default,
     preset,
-    refuse_given,
 )
 from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
@@ -248,7 +247,6 @@ def _config(
             info = probed(info, env, kwargs)
             return preset(None, info=info, **overrides).validate().check_env(info), None, info
         cfg = dataclasses.replace(cfg, **overrides).validate()
-        refuse_given(overrides, cfg.backend)
         info = probed(info, cfg.env, cfg.env_kwargs_dict)
         return cfg.check_env(info), None, info
     run_dir = RunDir.existing(resume, "config", flag="--resume")
@@ -271,7 +269,6 @@ def _config(
         dataclasses.replace(saved, **overrides, run_dir=str(run_dir)), overrides
     )
     cfg = cfg.validate()
-    refuse_given(overrides, cfg.backend)
     info = probed(info, cfg.env, cfg.env_kwargs_dict)
     if info.action.kind != "box":  # (the Gaussian's options: see _unused_at_defaults)
         reset = {n: field_default(n) for n in BOX_ONLY if n not in overrides}

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from asyncrl.config import Config
+from asyncrl.config import BOX_ONLY, Config
 from asyncrl.envs import EnvInfo
 from asyncrl.errors import UserError
 from asyncrl.models import ModelSpec, conv_net_problem, cpu_has_bfloat16_units
@@ -197,8 +197,8 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
     return ModelSpec(
         kind=kind,
         obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
-        gaussian_std=cfg.gaussian_std,
-        log_std_init=cfg.log_std_init,
+        # (the Gaussian's options where given; ModelSpec holds their defaults)
+        **{n: v for n in BOX_ONLY if (v := getattr(cfg, n)) is not None},
         core=cfg.core,
         core_size=cfg.lstm_size or (256 if image else 128),
         obs_shape=shape,

@@ -69,11 +69,12 @@ class WorkerActor:
         # A restarted actor starts from fresh env state: another stream of the same seed.
         stats: Any = ray.get(self.servers[0].obs_stats.remote())  # an array, or None
         cfg = self.cfg
+        batch, pipeline = cfg.ray_tuning()
         store = RayStore(
             self.servers,
             self.wid,
-            cfg.ray_pipeline,
-            cfg.ray_batch,
+            pipeline,
+            batch,
             stats,
             self.bounds,
             bfloat16=cfg.ray_grad_dtype == "bfloat16",
