@@ -166,7 +166,9 @@ def test_the_gaussians_options_are_for_box_actions():
             Config(env="CartPole-v1", **given).check_env(info)
     # a Box preset made without its env keeps its options; a Discrete env given later is
     # refused with the way out named
-    with pytest.raises(UserError, match=re.escape("-1.0) shapes the Gaussian policy of Box")):
+    with pytest.raises(
+        UserError, match=re.escape("--log-std-init -1.0 would shape a Gaussian policy of Box")
+    ):
         dataclasses.replace(preset("mujoco"), env="CartPole-v1").check_env(info)
     pendulum = probe_env("Pendulum-v1")
     assert preset("mujoco", info=pendulum, env="Pendulum-v1").log_std_init == -1.0
@@ -210,10 +212,10 @@ QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-prog
         (["--ray-batch", "4"], "--ray-batch: applies to --backend ray only (other backends"),
         (["--ray-pipeline", "0"], "drop --ray-pipeline, or add --backend ray"),
         (["--log-std-init=-1"], "--log-std-init: CartPole-v1 has Discrete actions"),
-        (["--gaussian-std", "softplus"], "(drop --gaussian-std;"),
+        (["--gaussian-std", "softplus"], ": drop --gaussian-std"),
         # given at the Gaussian's defaults: read by no policy of Discrete actions all the same
         (["--log-std-init", "0"], "--log-std-init: CartPole-v1 has Discrete actions"),
-        (["--gaussian-std", "param"], "(drop --gaussian-std"),
+        (["--gaussian-std", "param"], ": drop --gaussian-std"),
     ],
 )
 def test_a_number_that_is_not_finite_or_in_range_is_one_line_and_exit_2(

@@ -463,9 +463,9 @@ def test_resume_refuses_what_it_would_ignore_and_changes_nothing(
 
 
 def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_run):
-    """The command line cannot unset a saved option: a Ray run's --max-staleness or
-    --ray-servers, which another backend would ignore, go back to their defaults on a resume
-    with --backend threads (given there, they are refused)."""
+    """The command line cannot unset a saved option: a Ray run's --max-staleness,
+    --ray-servers or --ray-batch, which another backend would ignore, go back to their defaults
+    on a resume with --backend threads (given there, they are refused)."""
     path = finished_run / "config.json"
     cfg = json.loads(path.read_text())
     # as a Ray run saves them
@@ -493,7 +493,7 @@ def test_a_ray_run_resumes_on_another_backend_without_its_ray_options(finished_r
         ({"obs_clip": 5.0}, {"obs_clip": 4.0}, "--obs-clip: clips normalised observations"),
         # the Gaussian's options, on CartPole's Discrete actions
         ({"log_std_init": -1.0}, {"log_std_init": -2.0}, "--log-std-init: CartPole-v1 has"),
-        ({"gaussian_std": "softplus"}, {"gaussian_std": "softplus"}, "(drop --gaussian-std;"),
+        ({"gaussian_std": "softplus"}, {"gaussian_std": "softplus"}, ": drop --gaussian-std"),
         # the Gaussian's defaults, which older versions saved for every action space
         ({"gaussian_std": "param"}, {"log_std_init": 0.0}, "--log-std-init: CartPole-v1 has"),
         # Ray's tuning, which older versions' presets saved for every backend

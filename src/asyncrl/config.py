@@ -728,9 +728,8 @@ class Config:
                 info.action.kind == "box" or getattr(self, name) is None,
                 _flag(name),
                 f"{info.env_id} has {info.action.describe()} actions; --{_flag(name)} "
-                f"({getattr(self, name)!r}) shapes the Gaussian policy of Box actions (drop "
-                f"--{_flag(name)}; a preset for Box actions leaves it out when it is given the "
-                "env: preset(NAME, env=...))",
+                f"{getattr(self, name)} would shape a Gaussian policy of Box actions: drop "
+                f"--{_flag(name)} (a preset for Box actions sets it where not given the env)",
             )
         return self
 
@@ -761,7 +760,7 @@ RAY_ONLY: dict[str, tuple[Any, str]] = {
     "max_staleness": (None, "shared memory has no stale gradients to drop"),
     "ray_servers": (1, "other backends share parameters in memory"),
     "ray_batch": (None, "other backends apply each gradient in memory as it is taken"),
-    "ray_pipeline": (None, "other backends apply each gradient in memory as it is taken"),
+    "ray_pipeline": (None, "other backends make no calls to overlap"),
 }
 
 #: the options only a Gaussian policy (Box actions) reads: a preset's value is left out for
