@@ -285,3 +285,22 @@ def test_a_sweep_over_the_backends_gives_the_ray_only_options_to_ray_alone():
     args = ["--ray-pipeline", "0", "--lr", "1e-3", "--ray-batch=4", "--max-staleness", "2", "-x"]
     assert common.off_ray(args) == ["--lr", "1e-3", "-x"]
     assert common.off_ray(["--lr", "1e-3"]) == ["--lr", "1e-3"]
+
+
+def test_alignment_counts_the_no_ops_each_evaluation_start_plays():
+    """benchmarks/alignment.py groups a model's games by the no-op frames of their starts
+    (mod 4): the evaluation env's own frame counter after a seeded reset is FIRE plus those
+    no-ops, from the suite's evaluation seeds."""
+    import alignment
+
+    from asyncrl.envs import make_eval_env
+
+    assert alignment.EVAL_SEED == suite.EVAL_SEED
+    seeds = range(alignment.EVAL_SEED, alignment.EVAL_SEED + 4)
+    counts = alignment.noop_counts("PongNoFrameskip-v4", seeds)
+    assert len(set(counts)) > 1  # the starts differ
+    for seed, count in zip(seeds, counts, strict=True):
+        env = make_eval_env("PongNoFrameskip-v4", seed)
+        _, info = env.reset(seed=seed)
+        env.close()
+        assert info["episode_frame_number"] == 1 + count
