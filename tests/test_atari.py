@@ -130,6 +130,27 @@ def test_the_frame_limit_truncates_a_whole_game_and_the_next_step_resets():
     env.close()
 
 
+def test_each_game_reports_the_frames_its_reset_played_until_it_ends():
+    # start_frames: the frame counter after the reset (FIRE and the no-ops), the same from a
+    # game's first step to its game over, and the next game's from its reset step on
+    env = make_atari_vec_env("PongNoFrameskip-v4", 4, 0, max_frames=40)
+    _, info = env.reset()
+    start = info["episode_frame_number"].copy()
+    starts = [start]
+    for t in range(1, 31):  # three games of 10 agent steps, each then a reset step
+        _, _, _, _, info = env.step(np.zeros(4, np.int64))
+        if t % 11 == 0:  # the reset step: the frame counter starts again
+            start = info["episode_frame_number"].copy()
+            starts.append(start)
+        else:
+            assert (info["episode_frame_number"] == start + 4 * (t % 11)).all()
+        np.testing.assert_array_equal(info["start_frames"], start)
+        assert info["game_over"].all() == (t % 11 == 10)
+    # drawn afresh each game: 12 games of up to 29 start counts cannot all repeat
+    assert len({tuple(s) for s in starts}) > 1 and (np.concatenate(starts) <= 29).all()
+    env.close()
+
+
 def test_the_step_after_a_game_over_starts_a_new_game_with_reward_zero():
     # without no-op starts every game starts alike: the reset step's observation must be the
     # first observation of a fresh env
@@ -336,8 +357,9 @@ def test_the_worker_learns_across_a_lost_life_and_reports_whole_games(monkeypatc
     # over is followed by the masked reset step
     masked_after_end = int((~valid[terminal + 1]).sum())
     assert masked_after_end == len(games) < len(terminal)
-    for score, length in games:
+    for score, length, start in games:
         assert score >= 0 and length > 50
+        assert 1 <= start <= 29  # ale-py's reset: FIRE, then 0 to 28 no-ops
 
 
 # No evaluation during or after a run: --eval-every 0 with --stop-on train

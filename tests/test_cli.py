@@ -77,7 +77,9 @@ def test_train_writes_a_complete_run_directory(run_dir, capsys):
         "length",
         "global_step",
         "wall_seconds",
+        "start_frames",
     }
+    assert {r["start_frames"] for r in rows} == {""}  # CartPole reports no start
     assert [int(r["episode"]) for r in rows] == list(range(1, len(rows) + 1))
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
 

@@ -17,6 +17,7 @@ from asyncrl.checkpoint import load_checkpoint
 from asyncrl.cli import main
 from asyncrl.errors import Interrupted, UserError
 from asyncrl.evaluation import eval_seeds
+from asyncrl.messages import Finished
 from asyncrl.monitor import Monitor
 from asyncrl.plot import metric_series
 from asyncrl.rundir import RunDir
@@ -206,9 +207,9 @@ def test_a_solved_run_reports_the_mean_that_met_the_rule(tmp_path):
     cfg = asyncrl.Config(window=4, stop_on="train", tensorboard=False, progress=False)
     with Monitor(RunDir(tmp_path), cfg, target_return=100.0) as monitor:
         for step, ret in enumerate([90.0, 100.0, 110.0, 100.0], 1):
-            reached = monitor.episode(0, ret, 10, step * 10)
+            reached = monitor.episode(0, Finished(ret, 10), step * 10)
         assert reached and monitor.solved and monitor.solve_steps == 40
-        monitor.episode(1, 20.0, 10, 50)  # the straggler
+        monitor.episode(1, Finished(20.0, 10), 50)  # the straggler
         assert monitor.rolling_return == pytest.approx(82.5)
         assert monitor.solve_return == pytest.approx(100.0)
         saved = monitor.state_dict()

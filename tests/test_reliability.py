@@ -19,6 +19,8 @@ from asyncrl.checkpoint import load_checkpoint
 from asyncrl.cli import main
 from asyncrl.config import field_default
 from asyncrl.errors import Interrupted, TrainingError, UserError
+from asyncrl.messages import Finished
+from asyncrl.monitor import CSV_HEADER, Monitor
 from asyncrl.rundir import RunDir
 
 
@@ -95,7 +97,11 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(
     assert rows_after[: len(rows_before)] == rows_before  # appended, not rewritten
     # the same episodes, in the same order, as the uninterrupted run (wall time aside)
     uninterrupted = (tmp_path / "a" / "episodes.csv").read_text().splitlines()
-    assert [r.rsplit(",", 1)[0] for r in rows_after] == [r.rsplit(",", 1)[0] for r in uninterrupted]
+    wall = CSV_HEADER.index("wall_seconds")
+    assert [r.split(",")[:wall] for r in rows_after] == [r.split(",")[:wall] for r in uninterrupted]
+    assert [r.split(",")[wall + 1 :] for r in rows_after] == [
+        r.split(",")[wall + 1 :] for r in uninterrupted
+    ]
 
 
 def cli(*args, env=None):
@@ -582,7 +588,7 @@ def test_a_resume_after_the_episodes_file_lost_rows_goes_on_without_padding_it(
     rows = path.read_text().splitlines(keepends=True)
     if damage == "deleted":
         path.unlink()
-        kept = ["episode,worker,return,length,global_step,wall_seconds\n"]
+        kept = [",".join(CSV_HEADER) + "\n"]
     else:
         kept = rows[:3]
         path.write_text("".join(kept) + rows[3][:5])  # a row cut in the middle
@@ -593,8 +599,28 @@ def test_a_resume_after_the_episodes_file_lost_rows_goes_on_without_padding_it(
     text = path.read_text()
     assert "\0" not in text and text.startswith("".join(kept))
     new = text.splitlines()[len(kept) :]
-    assert new and all(len(r.split(",")) == 6 for r in new)
+    assert new and all(len(r.split(",")) == len(CSV_HEADER) for r in new)
     assert int(new[0].split(",")[0]) == episodes + 1  # numbered on from the checkpoint's
+
+
+def test_a_run_resumed_from_before_the_start_frames_column_keeps_its_files_columns(tmp_path):
+    cfg = asyncrl.Config(tensorboard=False, progress=False)
+    (tmp_path / "new").mkdir()
+    with Monitor(RunDir(tmp_path / "new"), cfg, target_return=None) as monitor:
+        monitor.episode(0, Finished(-21.0, 800, 13), 800)
+        state = monitor.state_dict()
+    new = (tmp_path / "new" / "episodes.csv").read_text().splitlines()
+    assert new[0] == ",".join(CSV_HEADER) and new[1].endswith(",13")
+    # the same episode in the six columns of a run made before start_frames
+    old = "".join(",".join(r.split(",")[:6]) + "\n" for r in new)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "episodes.csv").write_text(old)
+    state["csv_bytes"] = len(old)
+    with Monitor(RunDir(tmp_path / "old"), cfg, target_return=None, state=state) as resumed:
+        resumed.episode(1, Finished(-20.0, 900, 6), 1700)
+    rows = (tmp_path / "old" / "episodes.csv").read_text().splitlines()
+    assert rows[:2] == old.splitlines() and rows[2].split(",")[:4] == ["2", "1", "-20", "900"]
+    assert len(rows) == 3 and len(rows[2].split(",")) == 6
 
 
 def test_observation_that_does_not_match_its_space(run_dir, capsys):

@@ -13,7 +13,7 @@ from asyncrl.algos.a3c import A3C
 from asyncrl.backends.local import SharedMemory, run_worker
 from asyncrl.config import Config
 from asyncrl.envs import probe_env
-from asyncrl.messages import Done, Episodes, Failed, NonFinite
+from asyncrl.messages import Done, Episodes, Failed, Finished, NonFinite
 from asyncrl.models import build_model, flatten_parameters
 from asyncrl.optim import SharedRMSprop
 from asyncrl.state import EPISODES, NONFINITE, GlobalState
@@ -70,7 +70,7 @@ def test_truncated_episode_bootstraps_from_its_final_observation(monkeypatch):
     np.testing.assert_array_equal(ro["terminated"][:, 0], [False] * 4)
     np.testing.assert_array_equal(ro["valid"][:, 0], [True, True, True, False])
     np.testing.assert_array_equal(ro["rewards"][:, 0], [1, 1, 1, 0])
-    assert isinstance(msgs[0], Episodes) and msgs[0].episodes == [(3.0, 3)]
+    assert isinstance(msgs[0], Episodes) and msgs[0].episodes == [Finished(3.0, 3)]
     assert isinstance(msgs[-1], Done) and (msgs[-1].worker, msgs[-1].incarnation) == (0, 0)
     assert shared.state.steps() == 6  # valid steps only
     assert shared.state.episodes() == 2
@@ -98,7 +98,7 @@ def test_a_lost_life_is_terminal_for_the_learner_but_the_game_goes_on(monkeypatc
     )
     np.testing.assert_array_equal(ro["rewards"][:, 0], [1, 1, 1, 1, 0, 1])
     episodes = [e for m in msgs if isinstance(m, Episodes) for e in m.episodes]
-    assert episodes == [(40.0, 4)]  # one game of two lives, its raw score
+    assert episodes == [Finished(40.0, 4)]  # one game of two lives, its raw score
 
 
 def test_worker_error_is_reported_not_swallowed(monkeypatch):

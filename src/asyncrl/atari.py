@@ -31,8 +31,10 @@ What ale-py 0.12 does, checked by running it (``tests/test_atari.py`` pins all o
   life and plays on, but then ``terminated`` no longer tells which ends are game overs; and
   ``reward_clipping`` hides the raw score. All three are off; the info dict holds ``env_id``,
   ``lives``, ``frame_number`` and ``episode_frame_number`` (int32 arrays), to which
-  :meth:`AtariVecEnv.step` adds ``score``, ``game_over`` and ``lost_life`` (a life lost, the
-  game going on). In Breakout the last life goes 1 -> 0 on the game-over step itself.
+  :meth:`AtariVecEnv.step` adds ``score``, ``game_over``, ``lost_life`` (a life lost, the
+  game going on) and ``start_frames`` (the frames the game's reset played, FIRE and the
+  no-ops: ``episode_frame_number`` after it; the worker writes it into ``episodes.csv``).
+  In Breakout the last life goes 1 -> 0 on the game-over step itself.
 * Stacks are oldest frame first; after a reset the three older slots are zeros, not copies of
   the first frame (the evaluation env pads with zeros too, so the two agree).
 * The frame limit counts only frames played by the agent (4 per step), not the FIRE and no-op
@@ -244,6 +246,10 @@ class AtariVecEnv(gym.vector.VectorEnv):
         self._seed = seed
         self._seeded = False
         self._lives = np.zeros(num_envs, np.int32)
+        # each game's reset frames, and which games the last step ended (the next step is
+        # their reset step, whose frame counter gives the new game's)
+        self._start = np.zeros(num_envs, np.int64)
+        self._ended = np.zeros(num_envs, bool)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -261,6 +267,10 @@ class AtariVecEnv(gym.vector.VectorEnv):
             self._seeded = True
         obs, info = self._env.reset(seed=seeds, options=options)
         self._lives = info["lives"].copy()
+        mask = (options or {}).get("reset_mask")
+        new = slice(None) if mask is None else np.asarray(mask, bool)
+        self._start[new] = info["episode_frame_number"][new]
+        self._ended[new] = False
         return obs, info
 
     def step(
@@ -278,8 +288,13 @@ class AtariVecEnv(gym.vector.VectorEnv):
         fewer_lives = info["lives"] < self._lives
         self._lives = info["lives"].copy()
         terminated = ale_terminated | fewer_lives
+        # the Pong games of one alignment (start_frames mod 4) play alike, and apart from
+        # the others' (docs/benchmarks.md#what-the-last-points-are): kept to tell them apart
+        self._start[self._ended] = info["episode_frame_number"][self._ended]
+        self._ended = game_over
         info = {**info, "score": raw.astype(np.float64), "game_over": game_over}
         info["lost_life"] = fewer_lives & ~game_over  # and the game goes on
+        info["start_frames"] = self._start.copy()
         reward = np.clip(raw, -1, 1).astype(np.float32)
         return obs, reward, terminated, ale_truncated & ~terminated, info
 

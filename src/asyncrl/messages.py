@@ -7,7 +7,7 @@ so they hold plain Python and numpy values only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,13 +42,23 @@ class WorkerSnapshot:
     glob: GlobalSnapshot
 
 
+class Finished(NamedTuple):
+    """One finished episode (a whole game on Atari)."""
+
+    ret: float
+    length: int
+    #: what the env reported of the episode's start (``info["start_frames"]``; None where it
+    #: reports nothing): on Atari, the emulator frames its reset played before the first action
+    start_frames: int | None = None
+
+
 @dataclass(frozen=True)
 class Episodes:
-    """Episodes (return, length) that ended in a rollout, with the worker's learner statistics
-    since its last report."""
+    """Episodes that ended in a rollout, with the worker's learner statistics since its last
+    report."""
 
     worker: int
-    episodes: list[tuple[float, int]]
+    episodes: list[Finished]
     global_step: int
     stats: StatSums
 

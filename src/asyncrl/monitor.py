@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from asyncrl.config import Config
-from asyncrl.messages import StatSums
+from asyncrl.messages import Finished, StatSums
 from asyncrl.optim import linear_lr
 from asyncrl.rundir import RunDir, write_atomically
 from asyncrl.tbevents import ScalarWriter
@@ -22,7 +22,10 @@ from asyncrl.tbevents import ScalarWriter
 if TYPE_CHECKING:
     from asyncrl.evaluation import Evaluation
 
+#: ``start_frames``: what the env reported of the episode's start, empty where it reports
+#: nothing (Atari: the frames of the reset before the first action, FIRE and the no-ops)
 CSV_HEADER = ["episode", "worker", "return", "length", "global_step", "wall_seconds"]
+CSV_HEADER += ["start_frames"]
 EVAL_HEADER = ["evaluation", "global_step", "wall_seconds", "mean", "std", "min", "max"]
 EVAL_HEADER += ["episodes", "seconds"]
 #: seconds between two rows of metrics.csv (and TensorBoard points of the diagnostics)
@@ -125,6 +128,12 @@ class Monitor:
         episodes_at = None if state is None else state["csv_bytes"]
         self._csv_file, episodes_whole = _open_csv(run_dir.episodes, episodes_at, CSV_HEADER)
         self._csv = csv.writer(self._csv_file)
+        # a run resumed from before the start_frames column goes on in its file's columns
+        self._episode_columns = len(CSV_HEADER)
+        if episodes_at is not None:
+            with open(run_dir.episodes, newline="") as f:
+                header = f.readline().strip()
+            self._episode_columns = len(header.split(",")) if header else len(CSV_HEADER)
         #: files found shorter than the checkpoint recorded, told to the user once the run starts
         self.short_files = [
             f.name
@@ -177,15 +186,18 @@ class Monitor:
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
-    def episode(self, worker: int, ret: float, length: int, step: int) -> bool:
+    def episode(self, worker: int, ep: Finished, step: int) -> bool:
         """Record one finished episode; True when the mean of the last ``window`` training
         episodes is at or above the target (with ``--stop-on train``, the first time marks the
         run solved)."""
+        ret, length = ep.ret, ep.length
         self.episodes += 1
         self.returns.append(ret)
         self.global_step = max(self.global_step, step)
         wall = self.elapsed()
-        self._csv.writerow([self.episodes, worker, f"{ret:.6g}", length, step, f"{wall:.3f}"])
+        start = "" if ep.start_frames is None else ep.start_frames
+        row = [self.episodes, worker, f"{ret:.6g}", length, step, f"{wall:.3f}", start]
+        self._csv.writerow(row[: self._episode_columns])
         mean = self.rolling_return
         if self._tb is not None and mean is not None:
             self._tb.add_scalar("episode/return", ret, step)

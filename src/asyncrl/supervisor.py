@@ -188,8 +188,8 @@ class Supervisor:
         match msg:
             case Episodes(worker=w, episodes=episodes, global_step=step, stats=stats):
                 self.monitor.add_stats(stats)
-                for ret, length in episodes:
-                    if self.monitor.episode(w, ret, length, step) and not self.stopping:
+                for ep in episodes:
+                    if self.monitor.episode(w, ep, step) and not self.stopping:
                         if self.cfg.stop_on == "train" or self.evaluator is None:
                             if not self.monitor.solved:
                                 self.monitor.mark_solved(step, self.monitor.rolling_return, "train")

@@ -39,6 +39,7 @@ from asyncrl.config import Config
 from asyncrl.envs import EnvInfo, dump_vec_env, env_seeds, make_vec_env, reset_vec_env
 from asyncrl.heap import keep_freed_memory
 from asyncrl.messages import (
+    Finished,
     Message,
     StatSums,
     WorkerSnapshot,
@@ -108,7 +109,7 @@ class Store(Protocol):
         applied)."""
         ...
 
-    def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None: ...
+    def report(self, finished: list[Finished], stats: StatSums, step: int) -> None: ...
 
     def nonfinite(self, global_step: int, what: str) -> None:
         """Tell the main process of a non-finite update that was skipped (``push`` counted
@@ -326,7 +327,7 @@ class Worker:
             )
         return global_step
 
-    def collect(self, global_step: int) -> tuple[list[tuple[float, int]], int]:
+    def collect(self, global_step: int) -> tuple[list[Finished], int]:
         """Fill the rollout buffer; return the finished episodes and the steps taken.
 
         Episodes are whole *games*: an env may end a training episode earlier (Atari's life
@@ -334,7 +335,7 @@ class Worker:
         report the raw score of a step (``info["score"]``) where the learning reward is
         clipped."""
         algo, buf = self.algo, self.buf
-        finished: list[tuple[float, int]] = []
+        finished: list[Finished] = []
         length = self.T
         algo.begin_rollout(self.model, global_step)
         with torch.no_grad():
@@ -368,8 +369,15 @@ class Worker:
                 # for the learner) the game goes on with a real transition
                 self.prev_done = game_over
                 if done.any():
+                    start = info.get("start_frames")
                     for i in np.flatnonzero(game_over):
-                        finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
+                        finished.append(
+                            Finished(
+                                float(self.ep_return[i]),
+                                int(self.ep_length[i]),
+                                None if start is None else int(start[i]),
+                            )
+                        )
                     self.ep_return[game_over] = 0.0
                     self.ep_length[game_over] = 0
                     if algo.update_at_episode_end:

@@ -21,6 +21,7 @@ from asyncrl.messages import (
     Done,
     Episodes,
     Failed,
+    Finished,
     GlobalSnapshot,
     Lost,
     Message,
@@ -162,7 +163,7 @@ class SharedMemoryStore:
             self.state.apply_update(self.cfg, grad, global_step)
         return global_step
 
-    def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None:
+    def report(self, finished: list[Finished], stats: StatSums, step: int) -> None:
         if self.retired():  # its column and its messages are the new incarnation's
             return
         self.counters[EPISODES, self.wid] += len(finished)

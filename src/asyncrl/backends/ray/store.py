@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from asyncrl.messages import Episodes, Message, NonFinite, StatSums, WorkerSnapshot
+from asyncrl.messages import Episodes, Finished, Message, NonFinite, StatSums, WorkerSnapshot
 from asyncrl.models import merge_obs_stats, update_obs_stats
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class RayStore:
         self.steps += n_steps
         return self.steps
 
-    def report(self, finished: list[tuple[float, int]], stats: StatSums, step: int) -> None:
+    def report(self, finished: list[Finished], stats: StatSums, step: int) -> None:
         self.reports.append(Episodes(self.wid, finished, step, stats))
 
     def nonfinite(self, global_step: int, what: str) -> None:
