@@ -364,6 +364,23 @@ def curve(
     return [None if i < 0 else float(rolling[i]) for i in at]
 
 
+def by_alignment(episodes_csv: Path, window: int = 100) -> dict[str, list[float]] | None:
+    """The last ``window`` training games grouped by their alignment with the 4-frame action
+    repeat, ``(start_frames - 1) mod 4`` (the no-op count mod 4, as the evaluation starts are
+    grouped: docs/benchmarks.md#what-the-last-points-are): residue -> [games, mean return].
+    None where the run's episodes.csv has no start_frames (off Atari, or an older run)."""
+    import csv
+
+    with open(episodes_csv, newline="") as f:
+        rows = list(csv.DictReader(f))[-window:]
+    if not rows or not rows[0].get("start_frames"):
+        return None
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        groups.setdefault(str((int(row["start_frames"]) - 1) % 4), []).append(float(row["return"]))
+    return {k: [len(v), statistics.fmean(v)] for k, v in sorted(groups.items())}
+
+
 # ---------------------------------------------------------------------- running
 def command(task: Task, seed: int, run_dir: Path) -> list[str]:
     """The task's `asyncrl train` command for ``seed`` (under ``timeout`` when it has a time
@@ -451,6 +468,9 @@ def measure(
         # a suite's seeds are run on different days, machines and commits: each names its own
         **(started or {"date": utc_date((run_dir / "summary.json").stat().st_mtime)}),
     }
+    aligned = by_alignment(run_dir / "episodes.csv")
+    if aligned is not None:
+        result["last_100_by_alignment"] = aligned
     if task.milestones:
         per_step = summary["total_frames"] / max(summary["total_steps"], 1)
         hits = crossings(run_dir / "episodes.csv", list(task.milestones))

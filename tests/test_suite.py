@@ -42,6 +42,21 @@ def test_the_curve_is_the_rolling_mean_at_each_grid_step(tmp_path):
     assert got == [None, 1.5, 3.5]
 
 
+def test_the_last_games_are_grouped_by_their_no_op_count_mod_4(tmp_path):
+    csv = tmp_path / "episodes.csv"
+    header = "episode,worker,return,length,global_step,wall_seconds"
+    # start_frames 1 + no-ops: 5 and 9 (4 and 8 no-ops: 0 mod 4), 4 (3 no-ops), 12 (11: 3 mod 4)
+    games = [(5, -21), (4, 10), (9, 21), (12, 2), (2, 20)]
+    rows = [f"{header},start_frames"]
+    rows += [f"{i + 1},0,{r},10,{10 * (i + 1)},0.0,{f}" for i, (f, r) in enumerate(games)]
+    csv.write_text("\n".join(rows) + "\n")
+    # the last 4: -21 falls out of the window
+    assert suite.by_alignment(csv, window=4) == {"0": [1, 21.0], "1": [1, 20.0], "3": [2, 6.0]}
+    rows = [header] + [r.rsplit(",", 1)[0] for r in rows[1:]]  # a run from before the column
+    csv.write_text("\n".join(rows) + "\n")
+    assert suite.by_alignment(csv) is None
+
+
 def test_milestones_are_the_first_crossings_of_the_rolling_mean(tmp_path):
     import common
 
