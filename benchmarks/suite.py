@@ -366,8 +366,9 @@ def curve(
 
 def by_alignment(episodes_csv: Path, window: int = 100) -> dict[str, list[float]] | None:
     """The last ``window`` training games grouped by their alignment with the 4-frame action
-    repeat, ``(start_frames - 1) mod 4`` (the no-op count mod 4, as the evaluation starts are
-    grouped: docs/benchmarks.md#what-the-last-points-are): residue -> [games, mean return].
+    repeat, ``(start_frames - 1) mod 4`` (the no-op count mod 4 in a game with FIRE, as the
+    evaluation starts are grouped: docs/benchmarks.md#what-the-last-points-are): residue ->
+    [games, mean return].
     None where the run's episodes.csv has no start_frames (off Atari, or an older run)."""
     import csv
 
@@ -505,6 +506,16 @@ def load_results(results: Path, task: Task) -> list[dict]:
 # ---------------------------------------------------------------------- the report
 def fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def alignments(r: dict) -> str:
+    """The last 100 training games' means by no-op count mod 4 (residues 0 / 1 / 2 / 3, with
+    their games), where the record has them."""
+    by = r.get("last_100_by_alignment")
+    if not by:
+        return ""
+    cells = " / ".join(f"{fmt(by[k][1])} ({by[k][0]})" if k in by else "-" for k in "0123")
+    return f"; by no-op count mod 4: {cells}"
 
 
 def milestones(r: dict) -> str:
@@ -675,7 +686,8 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
                 half = f" ({fmt(r['train_mean_at_half'])} at {r['half_seconds'] / 60:g} min)"
             lines.append(
                 f"| {task.name} | {r['seed']} | {r['solved']} | {fmt(r['final_eval'])} | "
-                f"{fmt(r.get('final_train_mean'))}{half} | {fmt(r['solve_seconds'])} s | "
+                f"{fmt(r.get('final_train_mean'))}{half}{alignments(r)} | "
+                f"{fmt(r['solve_seconds'])} s | "
                 f"{fmt(r['solve_steps'], 0)} | "
                 f"{fmt(r['process_seconds'])} s | {throughput(r)} | {r['model']} | "
                 f"{milestones(r)} | "

@@ -149,6 +149,17 @@ def test_each_game_reports_the_frames_its_reset_played_until_it_ends():
     # drawn afresh each game: 12 games of up to 29 start counts cannot all repeat
     assert len({tuple(s) for s in starts}) > 1 and (np.concatenate(starts) <= 29).all()
     env.close()
+    # a masked reset starts new games in the envs it names only
+    env = make_atari_vec_env("PongNoFrameskip-v4", 4, 0)
+    _, first = env.reset()
+    for _ in range(3):
+        env.step(np.zeros(4, np.int64))
+    _, info = env.reset(options={"reset_mask": np.array([True, False, False, False])})
+    _, _, _, _, after = env.step(np.zeros(4, np.int64))
+    assert after["start_frames"][0] == info["episode_frame_number"][0] <= 29
+    assert after["episode_frame_number"][0] == after["start_frames"][0] + 4
+    np.testing.assert_array_equal(after["start_frames"][1:], first["episode_frame_number"][1:])
+    env.close()
 
 
 def test_the_step_after_a_game_over_starts_a_new_game_with_reward_zero():

@@ -52,6 +52,10 @@ def test_the_last_games_are_grouped_by_their_no_op_count_mod_4(tmp_path):
     csv.write_text("\n".join(rows) + "\n")
     # the last 4: -21 falls out of the window
     assert suite.by_alignment(csv, window=4) == {"0": [1, 21.0], "1": [1, 20.0], "3": [2, 6.0]}
+    # the report's cell: residues 0 to 3, "-" where none of the last games fell
+    r = {"last_100_by_alignment": suite.by_alignment(csv, window=4)}
+    assert suite.alignments(r) == "; by no-op count mod 4: 21.0 (1) / 20.0 (1) / - / 6.0 (2)"
+    assert suite.alignments({}) == ""
     rows = [header] + [r.rsplit(",", 1)[0] for r in rows[1:]]  # a run from before the column
     csv.write_text("\n".join(rows) + "\n")
     assert suite.by_alignment(csv) is None

@@ -32,8 +32,9 @@ What ale-py 0.12 does, checked by running it (``tests/test_atari.py`` pins all o
   ``reward_clipping`` hides the raw score. All three are off; the info dict holds ``env_id``,
   ``lives``, ``frame_number`` and ``episode_frame_number`` (int32 arrays), to which
   :meth:`AtariVecEnv.step` adds ``score``, ``game_over``, ``lost_life`` (a life lost, the
-  game going on) and ``start_frames`` (the frames the game's reset played, FIRE and the
-  no-ops: ``episode_frame_number`` after it; the worker writes it into ``episodes.csv``).
+  game going on) and ``start_frames`` (the frames the game's reset played, FIRE where the
+  game has it and the no-ops: ``episode_frame_number`` after it; the worker writes it into
+  ``episodes.csv``).
   In Breakout the last life goes 1 -> 0 on the game-over step itself.
 * Stacks are oldest frame first; after a reset the three older slots are zeros, not copies of
   the first frame (the evaluation env pads with zeros too, so the two agree).
@@ -288,10 +289,11 @@ class AtariVecEnv(gym.vector.VectorEnv):
         fewer_lives = info["lives"] < self._lives
         self._lives = info["lives"].copy()
         terminated = ale_terminated | fewer_lives
-        # the Pong games of one alignment (start_frames mod 4) play alike, and apart from
-        # the others' (docs/benchmarks.md#what-the-last-points-are): kept to tell them apart
+        # the Pong games of one alignment (the no-op count, start_frames - 1, mod 4) play
+        # alike, and apart from the others' (docs/benchmarks.md#what-the-last-points-are):
+        # kept to tell them apart
         self._start[self._ended] = info["episode_frame_number"][self._ended]
-        self._ended = game_over
+        self._ended = game_over.copy()
         info = {**info, "score": raw.astype(np.float64), "game_over": game_over}
         info["lost_life"] = fewer_lives & ~game_over  # and the game goes on
         info["start_frames"] = self._start.copy()

@@ -23,6 +23,7 @@ from asyncrl.algos.a3c import A3C  # noqa: E402
 from asyncrl.backends import ray as ray_backend  # noqa: E402
 from asyncrl.backends.ray import store as ray_store  # noqa: E402
 from asyncrl.checkpoint import load_checkpoint  # noqa: E402
+from asyncrl.messages import Finished  # noqa: E402
 from asyncrl.worker import Worker  # noqa: E402
 
 
@@ -284,7 +285,7 @@ def test_batched_pushes_send_every_gradient_and_episode_once_and_count_every_ste
     for k in range(7):
         grad.fill_(k)  # the worker reuses its gradient buffer
         step = store.push(grad, 8, store.version)
-        store.report([(float(k), 8)], {}, step)
+        store.report([Finished(float(k), 8)], {}, step)
         store.pull(local, None)
         # the worker's view of the global step: its own steps, whether sent or not
         assert store.global_step() == step == 8 * (k + 1)
