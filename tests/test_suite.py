@@ -61,6 +61,22 @@ def test_the_last_games_are_grouped_by_their_no_op_count_mod_4(tmp_path):
     assert suite.by_alignment(csv) is None
 
 
+def test_training_curves_follow_each_alignment_on_the_runs_clock(tmp_path):
+    import alignment_curves
+
+    csv = tmp_path / "episodes.csv"
+    rows = ["episode,worker,return,length,global_step,wall_seconds,start_frames"]
+    # (seconds, start_frames, return): no-op counts 4, 3, 8, 7 and 12: residues 0, 3, 0, 3, 0
+    games = [(60, 5, -21), (120, 4, -20), (180, 9, -19), (240, 8, 0), (300, 13, -13)]
+    rows += [f"{i + 1},0,{r},10,{i},{t},{f}" for i, (t, f, r) in enumerate(games)]
+    csv.write_text("\n".join(rows) + "\n")
+    got = alignment_curves.training_curves(csv, window=2)
+    # residue 0: -21, then the mean of (-21, -19), then of (-19, -13); residue 3: -20, -10
+    assert got == {0: ([1.0, 3.0, 5.0], [-21.0, -20.0, -16.0]), 3: ([2.0, 4.0], [-20.0, -10.0])}
+    csv.write_text("\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")
+    assert alignment_curves.training_curves(csv) == {}
+
+
 def test_milestones_are_the_first_crossings_of_the_rolling_mean(tmp_path):
     import common
 
