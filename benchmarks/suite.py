@@ -304,6 +304,10 @@ SUITES: dict[str, list[Task]] = {
         # training games are as noisy as the policy's 1.4 nats, and lowered from the start it
         # slowed the take-off (docs/benchmarks.md, an entropy bonus annealed)
         pong30("entropy-anneal", *_ENTROPY_ANNEAL),
+        # the last frame of each 4-frame step, not the max over its last two: Pong draws every
+        # other frame anew, and in half the games' alignments the max overlays two positions of
+        # what moves (docs/benchmarks.md#what-the-last-points-are)
+        pong30("no-maxpool", "--env-kwargs", "maxpool=false"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],

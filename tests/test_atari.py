@@ -183,11 +183,13 @@ def test_the_step_after_a_game_over_starts_a_new_game_with_reward_zero():
 
 
 @pytest.mark.parametrize("env_id", ["BreakoutNoFrameskip-v4", "MsPacmanNoFrameskip-v4"])
-def test_the_evaluation_env_sees_exactly_what_training_sees(env_id):
-    # no-op starts off on both (they draw different counts); the FIRE frame, max-pooling,
-    # palette, INTER_AREA resize and zero padding of the stack agree to the grey level
-    train = make_atari_vec_env(env_id, 1, 0, noop_max=0)
-    ev = make_atari_env(env_id, 0, noop_max=0)
+@pytest.mark.parametrize("maxpool", [True, False])
+def test_the_evaluation_env_sees_exactly_what_training_sees(env_id, maxpool):
+    # no-op starts off on both (they draw different counts); the FIRE frame, max-pooling (or
+    # the last frame alone), palette, INTER_AREA resize and zero padding of the stack agree to
+    # the grey level
+    train = make_atari_vec_env(env_id, 1, 0, noop_max=0, maxpool=maxpool)
+    ev = make_atari_env(env_id, 0, noop_max=0, maxpool=maxpool)
     assert ev.observation_space == train.single_observation_space
     assert ev.action_space == train.single_action_space
     obs, info = train.reset(seed=0)
@@ -293,14 +295,39 @@ def test_env_kwargs_override_the_versions_settings_in_training_and_evaluation(ru
     eval_env.close()
     # what the preprocessing fixes cannot be changed: one line, exit 2, nothing written
     for pair, what in (
-        ("frameskip=2", "take repeat_action_probability and full_action_space"),
+        ("frameskip=2", "take repeat_action_probability, full_action_space, maxpool"),
         ("full_action_space=yes", "full_action_space must be true or false"),
+        ("maxpool=1", "maxpool must be true or false"),
     ):
         argv = ["train", "--env", "PongNoFrameskip-v4", "--env-kwargs", pair]
         assert main([*argv, "--run-dir", str(run_dir)]) == 2
         err = capsys.readouterr().err.strip()
         assert what in err and "\n" not in err and "Traceback" not in err
         assert not run_dir.exists()
+
+
+def test_maxpool_off_observes_the_last_frame_of_each_step():
+    # Pong draws every other frame anew: in one of the two alignments of a 4-frame step with
+    # them, the max over its last two frames overlays two positions of a moving paddle or ball;
+    # the last frame alone never does, and is what maxpool=false observes in both envs
+    pooled = make_atari_vec_env("PongNoFrameskip-v4", 1, 0, noop_max=0)
+    last = make_atari_vec_env("PongNoFrameskip-v4", 1, 0, noop_max=0, maxpool=False)
+    single = make_atari_env("PongNoFrameskip-v4", 0, noop_max=0, maxpool=False)
+    pooled.reset(seed=0)
+    last.reset(seed=0)
+    single.reset(seed=0)
+    differ = 0
+    for t in range(200):
+        a = np.array([2 if (t // 8) % 2 else 3])  # the paddle up and down
+        p, *_ = pooled.step(a)
+        o, *_ = last.step(a)
+        e, *_ = single.step(int(a[0]))
+        np.testing.assert_array_equal(e, o[0])
+        assert (p[0, -1] >= o[0, -1]).all()  # a max over the last frame and the one before
+        differ += int((p[0, -1] != o[0, -1]).any())
+    assert differ > 50
+    for env in (pooled, last, single):
+        env.close()
 
 
 def test_without_ale_py_atari_ids_ask_for_it(monkeypatch):

@@ -164,8 +164,10 @@ def atari_settings(
 
 
 #: what ``--env-kwargs`` may set on an Atari game; the rest (frame skip, observation type,
-#: life handling...) is the DeepMind preprocessing, which training and evaluation share
-ENV_KWARGS = ("repeat_action_probability", "full_action_space")
+#: life handling...) is the DeepMind preprocessing, which training and evaluation share.
+#: ``maxpool=false`` observes the last frame of each 4-frame step alone, not the max over its
+#: last two: the game and its score are the same, only what the agent sees changes
+ENV_KWARGS = ("repeat_action_probability", "full_action_space", "maxpool")
 
 
 def env_overrides(kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -175,15 +177,16 @@ def env_overrides(kwargs: dict[str, Any] | None) -> dict[str, Any]:
     unknown = sorted(set(kwargs) - set(ENV_KWARGS))
     if unknown:
         raise UserError(
-            f"--env-kwargs: Atari games take {' and '.join(ENV_KWARGS)} (the DeepMind "
+            f"--env-kwargs: Atari games take {', '.join(ENV_KWARGS)} (the DeepMind "
             f"preprocessing fixes the rest), got {', '.join(unknown)}"
         )
     sticky = kwargs.get("repeat_action_probability")
     if sticky is not None and (isinstance(sticky, bool) or not isinstance(sticky, int | float)):
         raise UserError(f"--env-kwargs: repeat_action_probability must be a number, got {sticky!r}")
-    full = kwargs.get("full_action_space")
-    if full is not None and not isinstance(full, bool):
-        raise UserError(f"--env-kwargs: full_action_space must be true or false, got {full!r}")
+    for key in ("full_action_space", "maxpool"):
+        value = kwargs.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise UserError(f"--env-kwargs: {key} must be true or false, got {value!r}")
     return kwargs
 
 
@@ -209,6 +212,7 @@ class AtariVecEnv(gym.vector.VectorEnv):
         full_action_space: bool | None = None,
         max_frames: int = MAX_FRAMES,
         noop_max: int = NOOP_MAX,
+        maxpool: bool = True,
     ):
         from ale_py.vector_env import AtariVectorEnv
 
@@ -229,7 +233,7 @@ class AtariVecEnv(gym.vector.VectorEnv):
             grayscale=True,
             stack_num=STACK,
             frameskip=FRAMESKIP,
-            maxpool=True,
+            maxpool=maxpool,
             noop_max=noop_max,
             # both off: episodic_life restarts the whole game at a lost life, and either one
             # or reward_clipping would hide the raw view; step() derives both views instead
@@ -315,6 +319,7 @@ def make_atari_vec_env(
     full_action_space: bool | None = None,
     max_frames: int = MAX_FRAMES,
     noop_max: int = NOOP_MAX,
+    maxpool: bool = True,
 ) -> gym.vector.VectorEnv:
     """The training env: ``num_envs`` games of ``env_id`` on one core (see
     :class:`AtariVecEnv`). ``noop_max=0`` turns the random no-op starts off (for tests)."""
@@ -326,6 +331,7 @@ def make_atari_vec_env(
         full_action_space=full_action_space,
         max_frames=max_frames,
         noop_max=noop_max,
+        maxpool=maxpool,
     )
 
 
@@ -366,6 +372,16 @@ class FireReset(gym.Wrapper):
         return obs, float(reward), terminated, truncated, info
 
 
+class _LastFrame(gym.wrappers.AtariPreprocessing):
+    """``AtariPreprocessing`` observing the last frame of each step alone, as the C++ env with
+    ``maxpool=False``: its buffer 0 holds the last frame and its pooling takes the maximum with
+    buffer 1, here zeros (uint8: the maximum is buffer 0)."""
+
+    def _get_obs(self) -> Any:
+        self.obs_buffer[1].fill(0)
+        return super()._get_obs()
+
+
 class _SeedFirstReset(gym.Wrapper):
     """Reset with the env's seed when the first reset names none, so ``make_atari_env(id, seed)``
     is reproducible as the vector env is."""
@@ -394,6 +410,7 @@ def make_atari_env(
     noop_max: int = NOOP_MAX,
     max_frames: int = MAX_FRAMES,
     fire_after_lost_life: bool = False,
+    maxpool: bool = True,
 ) -> gym.Env:
     """One game for evaluation and video: whole games (a lost life is not an end) with raw
     scores, through Gymnasium's wrappers, which can render RGB frames (the C++ env cannot),
@@ -411,7 +428,8 @@ def make_atari_env(
     )
     if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
         env = FireReset(env, after_lost_life=fire_after_lost_life)
-    env = gym.wrappers.AtariPreprocessing(
+    preprocessing = gym.wrappers.AtariPreprocessing if maxpool else _LastFrame
+    env = preprocessing(
         env,
         noop_max=noop_max,
         frame_skip=FRAMESKIP,
