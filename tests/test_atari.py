@@ -330,6 +330,42 @@ def test_maxpool_off_observes_the_last_frame_of_each_step():
         env.close()
 
 
+def test_pong_draws_every_other_frame_so_odd_no_op_counts_see_two_drawings_a_step():
+    # docs/benchmarks.md#what-the-last-points-are: after FIRE and n no-ops, the last two
+    # frames of each 4-frame step are one drawing where n is even and two where n is odd, so
+    # the max over them overlays two positions of the moving paddle at odd n only
+    from ale_py import ALEInterface, roms
+
+    ale = ALEInterface()
+    ale.setInt("random_seed", 0)
+    ale.setFloat("repeat_action_probability", 0.0)
+    ale.loadROM(roms.get_rom_path("pong"))
+    actions = ale.getMinimalActionSet()  # NOOP, FIRE, RIGHT (up), LEFT (down), ...
+
+    def paddle() -> float:  # the agent's paddle: green, near the right edge
+        rows = np.all(ale.getScreenRGB()[34:194, 140:144] == [92, 186, 92], axis=-1)
+        return float(np.nonzero(rows)[0].mean())
+
+    for noops in range(4):
+        ale.reset_game()
+        ale.act(actions[1])
+        for _ in range(noops):
+            ale.act(actions[0])
+        moving = two_drawings = 0
+        for step in range(40):
+            seen = []
+            for _ in range(4):
+                ale.act(actions[2] if (step // 5) % 2 else actions[3])
+                seen.append(paddle())
+            moving += seen[0] != seen[3]
+            two_drawings += seen[2] != seen[3]
+        assert moving >= 30
+        if noops % 2:
+            assert two_drawings == moving
+        else:  # at most a step where the ball crosses the paddle's columns
+            assert two_drawings <= 1
+
+
 def test_without_ale_py_atari_ids_ask_for_it(monkeypatch):
     monkeypatch.setattr(atari, "_ale_py", lambda: None)
     assert is_atari_id("ALE/Pong-v5") and is_atari_id("PongNoFrameskip-v4")
