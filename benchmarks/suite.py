@@ -305,8 +305,9 @@ SUITES: dict[str, list[Task]] = {
         # slowed the take-off (docs/benchmarks.md, an entropy bonus annealed)
         pong30("entropy-anneal", *_ENTROPY_ANNEAL),
         # the last frame of each 4-frame step, not the max over its last two: Pong draws every
-        # other frame anew, and in half the games' alignments the max overlays two positions of
-        # what moves (docs/benchmarks.md#what-the-last-points-are)
+        # other frame anew, and at odd no-op counts the max overlays two positions of what
+        # moves; on seed 0 the odd games took off later still
+        # (docs/benchmarks.md#what-the-last-points-are)
         pong30("no-maxpool", "--env-kwargs", "maxpool=false"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
@@ -496,7 +497,15 @@ def measure(
         result |= {"curve_seconds": seconds.tolist(), "curve_by_time": by_time}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
+    if task.timed:  # every game of a timed run, kept beside its record (the run directory goes)
+        shutil.copyfile(run_dir / "episodes.csv", episodes_of(out))
     return result
+
+
+def episodes_of(record: Path) -> Path:
+    """Where a timed run's ``episodes.csv`` is kept: beside its record, ``seed-N.episodes.csv``
+    (``benchmarks/alignment_curves.py`` reads it)."""
+    return record.with_name(f"{record.stem}.episodes.csv")
 
 
 def load_results(results: Path, task: Task) -> list[dict]:

@@ -153,6 +153,11 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
     )  # fmt: skip
     assert suite.measure(kept, 0, run, "cmd", 1.0, tmp_path / "a.json")["model"] == "best_model.pt"
     assert suite.measure(timed, 0, run, "cmd", 1.0, tmp_path / "b.json")["model"] == "model.pt"
+    # a timed run's games are kept beside its record; an untimed run's are not
+    kept_games = suite.episodes_of(tmp_path / "b.json")
+    assert kept_games == tmp_path / "b.episodes.csv"
+    assert kept_games.read_text() == (run / "episodes.csv").read_text()
+    assert not suite.episodes_of(tmp_path / "a.json").exists()
     # --from-run: a run saved from an interrupted suite becomes the seed's result
     monkeypatch.setitem(suite.SUITES, "test", [timed])
     argv = ["suite.py", "test", "--tasks", "Timed", "--from-run", str(run)]

@@ -294,7 +294,7 @@ def test_batched_pushes_send_every_gradient_and_episode_once_and_count_every_ste
     assert len(server.calls) == 1 + 3  # the first pull, two full batches, the rest at the end
     assert [float(g[0]) for g, _, _ in sent] == list(range(7))  # each once, copied when pushed
     # a rollout's episodes travel with its gradient, not a batch later
-    assert [[ret for ret, _ in eps] for _, eps in server.args] == [[], [0, 1, 2], [3, 4, 5], [6]]
+    assert [[e.ret for e in eps] for _, eps in server.args] == [[], [0, 1, 2], [3, 4, 5], [6]]
     assert server.steps == 7 * 8
 
 
