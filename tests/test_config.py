@@ -41,6 +41,10 @@ def test_box_envs_pick_the_continuous_presets():
     # LunarLanderContinuous: the same settings with APPO in mujoco's PPO shape (64-step
     # rollouts, 10 epochs of 8 minibatches, lr 3e-4), as --algo appo gives BipedalWalker
     lander = preset(None, env="LunarLander-v3", env_kwargs=("continuous=true",))
+    # a bare string from the Python API is one line naming the fix, not a letter-by-letter read
+    with pytest.raises(UserError, match=r"got the string 'continuous=true': give \('c") as e:
+        Config(env="LunarLander-v3", env_kwargs="continuous=true").validate()  # type: ignore[arg-type]
+    assert "\n" not in str(e.value)
     cheetah = preset(None, env="HalfCheetah-v5")
     walker_appo = preset(None, env="BipedalWalker-v3", algo="appo")
     assert lander.algo == "appo" == cheetah.algo and lander.steps == 3_000_000

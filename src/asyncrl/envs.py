@@ -196,6 +196,10 @@ def parse_env_kwargs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
     import ast
     import json
 
+    if isinstance(pairs, str):  # Config(env_kwargs="k=v") would be read letter by letter
+        raise UserError(
+            f"env_kwargs: a tuple of KEY=VALUE strings, got the string {pairs!r}: give ({pairs!r},)"
+        )
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
