@@ -5,7 +5,8 @@
     python benchmarks/alignment_curves.py RUN/episodes.csv [...] --png OUT.png --window 25
 
 One panel a run: the mean of the last ``window`` games of each alignment against the run's
-minutes, and the mean of the last 100 games of any alignment (the stop rule's) beside them.
+minutes, and the mean of the last 100 games of any alignment (the stop rule's) beside them;
+printed, the minute each alignment's mean first reached -10, 0 and +10.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import csv
 from pathlib import Path
+
+import suite
 
 
 def training_curves(
@@ -27,13 +30,23 @@ def training_curves(
         for row in csv.DictReader(f):
             if not row.get("start_frames"):
                 return {}
-            k = (int(row["start_frames"]) - 1) % 4
+            k = suite.noop_residue(row["start_frames"])
             games.setdefault(k, []).append(float(row["return"]))
             last = games[k][-window:]
             minutes, means = out.setdefault(k, ([], []))
             minutes.append(float(row["wall_seconds"]) / 60)
             means.append(sum(last) / len(last))
     return dict(sorted(out.items()))
+
+
+def first_minutes(
+    curves: dict[int, tuple[list[float], list[float]]], levels: tuple[float, ...] = (-10, 0, 10)
+) -> dict[int, list[float | None]]:
+    """Residue -> the first minute its curve reached each of ``levels`` (None: never)."""
+    return {
+        k: [next((t for t, v in zip(m, means, strict=True) if v >= x), None) for x in levels]
+        for k, (m, means) in curves.items()
+    }
 
 
 def main() -> None:
@@ -49,7 +62,6 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    import suite
 
     n = len(args.episodes)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), sharey=True, squeeze=False)
@@ -60,6 +72,11 @@ def main() -> None:
             raise SystemExit(f"{path}: no start_frames column; nothing to plot")
         for k, (minutes, means) in curves.items():
             ax.plot(minutes, means, lw=1.2, label=f"no-ops {k} mod 4 (last {args.window})")
+        cells = [
+            "/".join("-" if t is None else f"{t:.1f}" for t in ts)
+            for ts in first_minutes(curves).values()
+        ]
+        print(f"{path}: first at -10/0/+10 (minutes), no-ops 0..3 mod 4: {' | '.join(cells)}")
         end = max(m[-1] for m, _ in curves.values())
         grid = np.linspace(0, end, 121)
         overall = suite.curve(path, grid * 60, by="wall_seconds")

@@ -369,6 +369,13 @@ def curve(
     return [None if i < 0 else float(rolling[i]) for i in at]
 
 
+def noop_residue(start_frames: str) -> int:
+    """A game's alignment with the 4-frame action repeat from its ``episodes.csv`` row: the
+    no-op count (``start_frames - 1`` in a game with FIRE) mod 4, as the evaluation starts are
+    grouped (benchmarks/alignment.py)."""
+    return (int(start_frames) - 1) % 4
+
+
 def by_alignment(episodes_csv: Path, window: int = 100) -> dict[str, list[float]] | None:
     """The last ``window`` training games grouped by their alignment with the 4-frame action
     repeat, ``(start_frames - 1) mod 4`` (the no-op count mod 4 in a game with FIRE, as the
@@ -383,7 +390,7 @@ def by_alignment(episodes_csv: Path, window: int = 100) -> dict[str, list[float]
         return None
     groups: dict[str, list[float]] = {}
     for row in rows:
-        groups.setdefault(str((int(row["start_frames"]) - 1) % 4), []).append(float(row["return"]))
+        groups.setdefault(str(noop_residue(row["start_frames"])), []).append(float(row["return"]))
     return {k: [len(v), statistics.fmean(v)] for k, v in sorted(groups.items())}
 
 

@@ -73,6 +73,8 @@ def test_training_curves_follow_each_alignment_on_the_runs_clock(tmp_path):
     got = alignment_curves.training_curves(csv, window=2)
     # residue 0: -21, then the mean of (-21, -19), then of (-19, -13); residue 3: -20, -10
     assert got == {0: ([1.0, 3.0, 5.0], [-21.0, -20.0, -16.0]), 3: ([2.0, 4.0], [-20.0, -10.0])}
+    # residue 3 first at -10 at 4 minutes; residue 0 never
+    assert alignment_curves.first_minutes(got) == {0: [None, None, None], 3: [4.0, None, None]}
     csv.write_text("\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")
     assert alignment_curves.training_curves(csv) == {}
 
