@@ -313,7 +313,8 @@ SUITES: dict[str, list[Task]] = {
         # wins it, and with gamma 0.99 an advantage weighs a reward 20 agent steps on by 0.29
         # at lambda 0.95 and by 0.55 at 0.98, so the take-off leans less on a critic that
         # cannot yet relay it (the argument behind A3C's t_max 20 in the atari preset; issue
-        # #28 names GAE as a lever)
+        # #28 names GAE as a lever); 0 of 2 seeds reached 18, the odd games of seed 0 stalled
+        # near +9.5 (docs/benchmarks.md#what-the-last-points-are)
         pong30("gae-0.98", "--gae-lambda", "0.98"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
