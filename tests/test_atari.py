@@ -366,6 +366,52 @@ def test_pong_draws_every_other_frame_so_odd_no_op_counts_see_two_drawings_a_ste
             assert two_drawings <= 1
 
 
+def test_pong_reads_the_joystick_every_frame_and_the_parity_sets_where_in_a_step_it_moves():
+    # docs/benchmarks.md#what-the-last-points-are: what else the no-op parity changes. A
+    # one-frame press moves the paddle at each of a step's 4 frames (the game reads the
+    # joystick every frame), and the paddle is drawn at a new place on a step's 1st and 3rd
+    # frames after an even no-op count, on its 2nd and 4th after an odd one
+    from ale_py import ALEInterface, roms
+
+    ale = ALEInterface()
+    ale.setInt("random_seed", 0)
+    ale.setFloat("repeat_action_probability", 0.0)
+    ale.loadROM(roms.get_rom_path("pong"))
+    noop, fire, up, down = ale.getMinimalActionSet()[:4]
+
+    def paddle() -> float:
+        rows = np.all(ale.getScreenRGB()[34:194, 140:144] == [92, 186, 92], axis=-1)
+        return float(np.nonzero(rows)[0].mean())
+
+    def start(noops: int) -> None:  # FIRE, the no-ops, then 15 idle steps: the paddle is drawn
+        ale.reset_game()
+        ale.act(fire)
+        for _ in range(noops + 60):
+            ale.act(noop)
+
+    for noops in range(4):
+        for offset in range(4):
+            start(noops)
+            for _ in range(offset):
+                ale.act(noop)
+            before = paddle()
+            ale.act(up)
+            for _ in range(4):
+                ale.act(noop)
+            assert paddle() != before, (noops, offset)
+        start(noops)
+        moves = [0, 0, 0, 0]
+        last = paddle()
+        for step in range(40):
+            for i in range(4):
+                ale.act(up if (step // 5) % 2 else down)
+                moves[i] += paddle() != last
+                last = paddle()
+        drawn_at = [i for i in range(4) if moves[i] >= 30]
+        assert drawn_at == ([1, 3] if noops % 2 else [0, 2]), (noops, moves)
+        assert sum(moves) - sum(moves[i] for i in drawn_at) == 0
+
+
 def test_without_ale_py_atari_ids_ask_for_it(monkeypatch):
     monkeypatch.setattr(atari, "_ale_py", lambda: None)
     assert is_atari_id("ALE/Pong-v5") and is_atari_id("PongNoFrameskip-v4")
