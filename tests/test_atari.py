@@ -2,6 +2,9 @@
 reward and lost life terminal for the learner, raw score and whole games for reporting), the
 Gymnasium wrappers that evaluate, their agreement, and the worker's handling of lives."""
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -330,21 +333,29 @@ def test_maxpool_off_observes_the_last_frame_of_each_step():
         env.close()
 
 
-def test_pong_draws_every_other_frame_so_odd_no_op_counts_see_two_drawings_a_step():
-    # docs/benchmarks.md#what-the-last-points-are: after FIRE and n no-ops, the last two
-    # frames of each 4-frame step are one drawing where n is even and two where n is odd, so
-    # the max over them overlays two positions of the moving paddle at odd n only
+def _pong_frame_by_frame() -> tuple[Any, Callable[[], float]]:
+    """Pong in ale-py, one frame an act, no sticky actions, and the row of the agent's paddle
+    (green, near the right edge) on the screen."""
     from ale_py import ALEInterface, roms
 
     ale = ALEInterface()
     ale.setInt("random_seed", 0)
     ale.setFloat("repeat_action_probability", 0.0)
     ale.loadROM(roms.get_rom_path("pong"))
-    actions = ale.getMinimalActionSet()  # NOOP, FIRE, RIGHT (up), LEFT (down), ...
 
-    def paddle() -> float:  # the agent's paddle: green, near the right edge
+    def paddle() -> float:
         rows = np.all(ale.getScreenRGB()[34:194, 140:144] == [92, 186, 92], axis=-1)
         return float(np.nonzero(rows)[0].mean())
+
+    return ale, paddle
+
+
+def test_pong_draws_every_other_frame_so_odd_no_op_counts_see_two_drawings_a_step():
+    # docs/benchmarks.md#what-the-last-points-are: after FIRE and n no-ops, the last two
+    # frames of each 4-frame step are one drawing where n is even and two where n is odd, so
+    # the max over them overlays two positions of the moving paddle at odd n only
+    ale, paddle = _pong_frame_by_frame()
+    actions = ale.getMinimalActionSet()  # NOOP, FIRE, RIGHT (up), LEFT (down), ...
 
     for noops in range(4):
         ale.reset_game()
@@ -373,17 +384,8 @@ def test_pong_draws_the_paddle_on_alternate_frames_set_by_the_parity_and_a_press
     # shows at the next of those frames after it (not at one on the press's own frame). So
     # after an even count a step's first drawing comes before its action shows, and after an
     # odd count both of the step's drawings follow it
-    from ale_py import ALEInterface, roms
-
-    ale = ALEInterface()
-    ale.setInt("random_seed", 0)
-    ale.setFloat("repeat_action_probability", 0.0)
-    ale.loadROM(roms.get_rom_path("pong"))
+    ale, paddle = _pong_frame_by_frame()
     noop, fire, up, down = ale.getMinimalActionSet()[:4]
-
-    def paddle() -> float:
-        rows = np.all(ale.getScreenRGB()[34:194, 140:144] == [92, 186, 92], axis=-1)
-        return float(np.nonzero(rows)[0].mean())
 
     def start(noops: int) -> None:  # FIRE, the no-ops, then 15 idle steps: the paddle is drawn
         ale.reset_game()
