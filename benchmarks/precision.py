@@ -8,7 +8,9 @@ with the CPU and its bfloat16 units (AMX, AVX-512 BF16), which `--precision auto
     python benchmarks/precision.py --seeds 3 --net nature --batch 512
 
 A ratio under 1 is bfloat16 faster. A whole run's frames/s also counts the emulators and the
-acting pass: measure it with `benchmarks/interleaved.py` (docs/atari.md#bfloat16).
+acting pass: measure it with `benchmarks/interleaved.py` (docs/atari.md#bfloat16). With
+``--compile``, the float32 learning pass is also timed with the encoder under ``torch.compile``
+(PyTorch's inductor; docs/benchmarks.md#atari-a-faster-worker-step), after its compilation.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ from asyncrl.models import ActorCritic, ModelSpec, build_model
 Precision = Literal["float32", "bfloat16"]
 
 
-def time_pass(net: str, precision: Precision, batch: int, grad: bool, seed: int, n: int) -> float:
-    """Median seconds of ``n`` calls (after 3 warm-up calls) of one pass of a fresh network."""
+def time_pass(
+    net: str, precision: Precision, batch: int, grad: bool, seed: int, n: int, compile: bool = False
+) -> float:
+    """Median seconds of ``n`` calls (after 3 warm-up calls, which compile the encoder where
+    ``compile``) of one pass of a fresh network."""
     torch.manual_seed(seed)
     spec = ModelSpec(
         "actor-critic",
@@ -40,6 +45,8 @@ def time_pass(net: str, precision: Precision, batch: int, grad: bool, seed: int,
     )
     model = build_model(spec)
     assert isinstance(model, ActorCritic)
+    if compile:  # every pass reaches the (shared) encoder through this reference
+        object.__setattr__(model, "_encode", torch.compile(model.encoder))
     obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)
     state, first = model.initial_state(batch), torch.zeros(batch, dtype=torch.bool)
     times = []
@@ -64,6 +71,11 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=256, help="learning pass rows (APPO: 256)")
     p.add_argument("--act-batch", type=int, default=8, help="games a worker acts for (APPO: 8)")
     p.add_argument("--calls", type=int, default=20, help="timed calls a seed and variant")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time the float32 learning pass with the encoder under torch.compile",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     print(f"CPU: {cpu()}; {args.net} net, one thread, median of {args.seeds} seeds")
@@ -83,7 +95,24 @@ def main() -> None:
             f"{name}: float32 {ms['float32']:.2f} ms, bfloat16 {ms['bfloat16']:.2f} ms, "
             f"ratio {ratio:.2f}"
         )
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items())
+    if args.compile:
+        ms = {
+            c: 1e3
+            * statistics.median(
+                time_pass(args.net, "float32", args.batch, True, seed, args.calls, compile=c)
+                for seed in range(args.seeds)
+            )
+            for c in (False, True)
+        }
+        print(
+            f"learning pass, {args.batch} frames, float32: eager {ms[False]:.2f} ms, "
+            f"torch.compile {ms[True]:.2f} ms, ratio {ms[True] / ms[False]:.2f}"
+        )
+    flags = " ".join(
+        f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f" {v}")
+        for k, v in vars(args).items()
+        if v is not False
+    )
     print(f"command: python benchmarks/precision.py {flags}")
 
 
