@@ -30,10 +30,16 @@ Precision = Literal["float32", "bfloat16"]
 
 
 def time_pass(
-    net: str, precision: Precision, batch: int, grad: bool, seed: int, n: int, compile: bool = False
+    net: str,
+    precision: Precision,
+    batch: int,
+    grad: bool,
+    seed: int,
+    n: int,
+    compiled: bool = False,
 ) -> float:
     """Median seconds of ``n`` calls (after 3 warm-up calls, which compile the encoder where
-    ``compile``) of one pass of a fresh network."""
+    ``compiled``) of one pass of a fresh network."""
     torch.manual_seed(seed)
     spec = ModelSpec(
         "actor-critic",
@@ -45,7 +51,7 @@ def time_pass(
     )
     model = build_model(spec)
     assert isinstance(model, ActorCritic)
-    if compile:  # every pass reaches the (shared) encoder through this reference
+    if compiled:  # every pass reaches the (shared) encoder through this reference
         object.__setattr__(model, "_encode", torch.compile(model.encoder))
     obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)
     state, first = model.initial_state(batch), torch.zeros(batch, dtype=torch.bool)
@@ -99,7 +105,7 @@ def main() -> None:
         ms = {
             c: 1e3
             * statistics.median(
-                time_pass(args.net, "float32", args.batch, True, seed, args.calls, compile=c)
+                time_pass(args.net, "float32", args.batch, True, seed, args.calls, compiled=c)
                 for seed in range(args.seeds)
             )
             for c in (False, True)
