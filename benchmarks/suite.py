@@ -316,6 +316,11 @@ SUITES: dict[str, list[Task]] = {
         # #28 names GAE as a lever); 0 of 2 seeds reached 18, the odd games of seed 0 stalled
         # near +9.5 (docs/benchmarks.md#what-the-last-points-are)
         pong30("gae-0.98", "--gae-lambda", "0.98"),
+        # the recurrent core on today's defaults (2 passes of 8 minibatches, each one game's
+        # whole sequence): in 4 passes of 4 the LSTM climbed from -10 to 18 in 2.4-5.6M
+        # frames where the feed-forward defaults take 8.3-10.5M, their odd no-op games held back
+        # (docs/benchmarks.md#what-the-last-points-are); does that survive the cheaper passes?
+        pong30("LSTM-defaults", "--core", "lstm"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],
