@@ -317,9 +317,10 @@ SUITES: dict[str, list[Task]] = {
         # near +9.5 (docs/benchmarks.md#what-the-last-points-are)
         pong30("gae-0.98", "--gae-lambda", "0.98"),
         # the recurrent core on today's defaults (2 passes of 8 minibatches, each one game's
-        # whole sequence): in 4 passes of 4 the LSTM climbed from -10 to 18 in 2.4-5.6M
-        # frames where the feed-forward defaults take 8.3-10.5M, their odd no-op games held back
-        # (docs/benchmarks.md#what-the-last-points-are); does that survive the cheaper passes?
+        # whole sequence). In 4 passes of 4 the LSTM reached 18 at 6.9-9.4M frames, the
+        # feed-forward net at 8.2-12.0M; on 2 passes of 8 the feed-forward net needs
+        # 14.5-17.2M, its games at odd no-op counts held back
+        # (docs/benchmarks.md#what-the-last-points-are): does memory carry them?
         pong30("LSTM-defaults", "--core", "lstm"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
