@@ -322,6 +322,10 @@ SUITES: dict[str, list[Task]] = {
         # 14.5-17.2M, its games at odd no-op counts held back
         # (docs/benchmarks.md#what-the-last-points-are): does memory carry them?
         pong30("LSTM-defaults", "--core", "lstm"),
+        # the same with 4 minibatches a pass: two games' sequences in each, as in the 4 x 4
+        # runs and in CleanRL's ppo_atari_lstm (8 envs, 4 minibatches), for the same compute
+        # as 2 x 8; on seed 0, 2 x 8's one game a minibatch had not taken off at 6.2M frames
+        pong30("LSTM-2x4", "--core", "lstm", *_PPO_2X4),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],
