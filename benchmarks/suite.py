@@ -117,6 +117,9 @@ def atari_hour(game: str) -> Task:
 #: atari preset's until 2026-11-26 (2 of 8 since), pinned where a task repeats runs made then
 _PPO_4X4 = ("--epochs", "4", "--minibatches", "4")
 _PPO_2X4 = ("--epochs", "2", "--minibatches", "4")  # half of them: half the passes
+#: the feed-forward defaults' shape since 2026-11-26, pinned where a task runs it with a core
+#: whose preset differs (a recurrent core's is 4 x 4)
+_PPO_2X8 = ("--epochs", "2", "--minibatches", "8")
 #: the same 16 steps in one pass (each transition seen once): the fewest passes, the most frames/s
 _PPO_1X16 = ("--epochs", "1", "--minibatches", "16")
 #: the entropy bonus held at 0.01 for 8M frames (2M agent steps), then down to 0.001 by 10M
@@ -141,8 +144,9 @@ def pong30(setting: str, *args: str) -> Task:
 
 def pong_lstm() -> Task:
     """The recurrent agent on Pong for 60 minutes (issue #28 reports it at 30 and 60: the
-    halfway figure is the first), the defaults with ``--core lstm``, stopped at a mean of 18;
-    in the 4 passes of 4 minibatches its runs were made with (the defaults then)."""
+    halfway figure is the first), the defaults with ``--core lstm``, stopped at a mean of 18:
+    4 passes of 4 minibatches, pinned (the atari preset's with a recurrent core; its runs were
+    made when they were the feed-forward net's too)."""
     return replace(
         pong30("LSTM", "--core", "lstm", *_PPO_4X4),
         baseline="issue #28: the LSTM agent on Pong reported at 30 and 60 minutes",
@@ -316,15 +320,16 @@ SUITES: dict[str, list[Task]] = {
         # #28 names GAE as a lever); 0 of 2 seeds reached 18, the odd games of seed 0 stalled
         # near +9.5 (docs/benchmarks.md#what-the-last-points-are)
         pong30("gae-0.98", "--gae-lambda", "0.98"),
-        # the recurrent core on today's defaults (2 passes of 8 minibatches, each one game's
-        # whole sequence). In 4 passes of 4 the LSTM reached 18 at 6.9-9.4M frames, the
-        # feed-forward net at 8.2-12.0M; on 2 passes of 8 the feed-forward net needs
+        # the recurrent core in the feed-forward defaults' 2 passes of 8 minibatches, where a
+        # minibatch is one game's whole sequence (the atari preset's with --core lstm until
+        # 2026-11-29; 4 of 4 since). In 4 passes of 4 the LSTM reached 18 at 6.9-9.4M frames,
+        # the feed-forward net at 8.2-12.0M; on 2 passes of 8 the feed-forward net needs
         # 14.5-17.2M, its games at odd no-op counts held back
         # (docs/benchmarks.md#what-the-last-points-are): does memory carry them?
-        pong30("LSTM-defaults", "--core", "lstm"),
-        # the same with 4 minibatches a pass: two games' sequences in each, as in the 4 x 4
-        # runs and in CleanRL's ppo_atari_lstm (8 envs, 4 minibatches), for the same compute
-        # as 2 x 8; on seed 0, 2 x 8's one game a minibatch had not taken off at 6.2M frames
+        pong30("LSTM-2x8", "--core", "lstm", *_PPO_2X8),
+        # the same with 4 minibatches a pass: two games' sequences in each, as in 4 x 4 and
+        # in CleanRL's ppo_atari_lstm (8 envs, 4 minibatches), for 2 x 8's compute; on seed 0
+        # 2 x 8's one game a minibatch had not taken off at 6.2M frames
         pong30("LSTM-2x4", "--core", "lstm", *_PPO_2X4),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed

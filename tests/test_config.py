@@ -124,6 +124,14 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
     assert (a3c.envs_per_worker, a3c.t_max, a3c.lr, a3c.optimizer) == (4, 20, 1.4e-3, "rmsprop")
     # what the user gives wins over both layers
     assert preset(None, env="PongNoFrameskip-v4", algo="appo", t_max=64).t_max == 64
+    # with a recurrent core a minibatch is a group of envs: 2 x 8 would be one game's stream,
+    # so the LSTM and the GRU take PPO's 4 passes of 4 (two games each); given, the user's wins
+    for core in ("lstm", "gru"):
+        rec = preset(None, env="PongNoFrameskip-v4", core=core).validate()
+        assert (rec.epochs, rec.minibatches, rec.envs_per_worker) == (4, 4, 8)
+        assert preset(None, env="PongNoFrameskip-v4", core=core, minibatches=8).minibatches == 8
+    assert preset(None, env="PongNoFrameskip-v4", core="none") == pong
+    assert preset(None, env="PongNoFrameskip-v4", algo="a3c", core="lstm").t_max == 20
     # on Ray each minibatch's gradient is a call of its own, answered before the next
     # minibatch (tests/backends/test_ray.py learns with it); A3C keeps its batch of 8: the
     # algorithm's where not given, the presets leave Ray's tuning unset

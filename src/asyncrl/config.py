@@ -1058,6 +1058,15 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
         precision="auto",
     ),
 }
+#: APPO with a recurrent core, over _APPO_BY_PRESET: a minibatch is then a group of a worker's
+#: envs (whole sequences), and the atari preset's 8 minibatches of 8 games are one game's 128
+#: steps each, a batch of one stream; on Pong the LSTM in that shape had not taken off at 6.2M
+#: frames (seed 0) and one of 2 passes of 4 (two games) took off at 3-4M. Atari takes PPO's
+#: published 4 passes of 4 (two games a minibatch, CleanRL's ppo_atari_lstm): the LSTM reached
+#: 18 at 6.9-9.4M frames on 3 of 3 seeds (docs/recurrent.md#what-it-buys-and-what-it-costs)
+_APPO_RECURRENT_BY_PRESET: dict[str, dict[str, Any]] = {
+    "atari": dict(epochs=4, minibatches=4),
+}
 
 
 if TYPE_CHECKING:
@@ -1108,6 +1117,8 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
     algo = overrides.get("algo", values.get("algo", Config.algo))
     if algo == "appo":
         values |= _APPO | _APPO_BY_PRESET.get(name, {})
+        if overrides.get("core", values.get("core", Config.core)) != "none":
+            values |= _APPO_RECURRENT_BY_PRESET.get(name, {})
     values = {k: v for k, v in values.items() if algo in ALGO_ONLY.get(k, (algo,))}
     # a preset named for an env it was not made for (the env's own is picked from its spec:
     # no probe, no install needed to pick it)
