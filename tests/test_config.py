@@ -131,6 +131,9 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
         assert (rec.epochs, rec.minibatches, rec.envs_per_worker) == (4, 4, 8)
         assert preset(None, env="PongNoFrameskip-v4", core=core, minibatches=8).minibatches == 8
     assert preset(None, env="PongNoFrameskip-v4", core="none") == pong
+    # only the atari preset's shape is measured with a core: control's stays its own
+    ctl, ff = preset("control", algo="appo", core="lstm"), preset("control", algo="appo")
+    assert (ctl.epochs, ctl.minibatches) == (ff.epochs, ff.minibatches) == (10, 8)
     assert preset(None, env="PongNoFrameskip-v4", algo="a3c", core="lstm").t_max == 20
     # on Ray each minibatch's gradient is a call of its own, answered before the next
     # minibatch (tests/backends/test_ray.py learns with it); A3C keeps its batch of 8: the
