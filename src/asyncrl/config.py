@@ -1061,10 +1061,11 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
 #: APPO with a recurrent core, over _APPO_BY_PRESET: a minibatch is then a group of a worker's
 #: envs (whole sequences), and the atari preset's 8 minibatches of 8 games are one game's 128
 #: steps each, a batch of one stream; on Pong the LSTM in that shape stood at -20.4 to -18.4
-#: after 30 minutes on 3 of 3 seeds, its critic unfit (explained variance under 0.1), and in 2
-#: passes of 4 (two games) took off at 3.7M frames as the feed-forward net. Atari takes PPO's
-#: published 4 passes of 4 (two games a minibatch, CleanRL's ppo_atari_lstm): the LSTM reached
-#: 18 at 6.9-9.4M frames on 3 of 3 seeds (docs/recurrent.md#what-it-buys-and-what-it-costs)
+#: after 30 minutes on 3 of 3 seeds, its critic unfit (explained variance under 0.1 on seed 2),
+#: and in 2 passes of 4 (two games) took off at 3.7M frames as the feed-forward net. Atari
+#: takes PPO's published 4 passes of 4 (two games a minibatch, CleanRL's ppo_atari_lstm): the
+#: LSTM reached 18 at 6.9-9.4M frames on 3 of 3 seeds
+#: (docs/recurrent.md#the-atari-presets-shape-with-a-recurrent-core)
 _APPO_RECURRENT_BY_PRESET: dict[str, dict[str, Any]] = {
     "atari": dict(epochs=4, minibatches=4),
 }
