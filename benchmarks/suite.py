@@ -331,6 +331,11 @@ SUITES: dict[str, list[Task]] = {
         # in CleanRL's ppo_atari_lstm (8 envs, 4 minibatches), for 2 x 8's compute; on seed 0
         # 2 x 8's one game a minibatch had not taken off at 6.4M frames
         pong30("LSTM-2x4", "--core", "lstm", *_PPO_2X4),
+        # 2 x 8 again, its minibatches four pieces of 32 steps from any of the 8 games, each
+        # replayed from the core's state recorded there (--seq-len): 128 transitions a
+        # minibatch from four streams, as the feed-forward net's 128 come from all eight,
+        # where one game a minibatch left the critic unfit
+        pong30("LSTM-2x8-seq32", "--core", "lstm", *_PPO_2X8, "--seq-len", "32"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],

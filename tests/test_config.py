@@ -326,3 +326,28 @@ def test_the_entropy_schedule_anneals_linearly_then_holds_and_defaults_to_the_bu
 def test_entropy_schedule_options_out_of_place_are_refused(options, flag):
     with pytest.raises(UserError, match=flag):
         Config(**options).validate()
+
+
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        (dict(t_max=8, seq_len=4), "--seq-len: cuts a recurrent core's rollouts"),  # no core
+        (dict(algo="a3c", core="lstm", t_max=8, seq_len=4), "--seq-len: a3c does not read it"),
+        (dict(core="lstm", t_max=128, seq_len=48), "--seq-len: 48 does not divide --t-max 128"),
+        (dict(core="lstm", seq_len=-1), "--seq-len: must be >= 0"),
+        # 8 envs x 128 / 64 = 16 sequences a rollout: 32 minibatches cannot be drawn
+        (
+            dict(core="lstm", envs_per_worker=8, t_max=128, seq_len=64, minibatches=32),
+            "give --minibatches 16 or fewer, or a shorter --seq-len",
+        ),
+        (dict(core="gru", envs_per_worker=4, minibatches=8), "give --minibatches 4 or fewer"),
+    ],
+)
+def test_seq_len_out_of_place_is_refused(options, needle):
+    with pytest.raises(UserError, match=re.escape(needle)):
+        Config(**{"algo": "appo", **options}).validate()
+
+
+def test_seq_len_lets_a_recurrent_core_take_more_minibatches_than_envs():
+    cfg = Config(algo="appo", core="lstm", envs_per_worker=8, t_max=128, seq_len=32)
+    assert dataclasses.replace(cfg, minibatches=32).validate().minibatches == 32

@@ -156,7 +156,14 @@ class Config:
     """APPO: passes over each rollout"""
     minibatches: int = 4
     """APPO: minibatches of each pass over a rollout: random sets of its transitions, or with
-    a recurrent core groups of its envs (whole sequences: the core replays its state)"""
+    a recurrent core groups of its envs' sequences (whole rollouts, or --seq-len steps: the
+    core replays its state)"""
+    seq_len: int = 0
+    """APPO with a recurrent core: cut each env's rollout into sequences of this many steps,
+    each replayed from the core's state recorded at its start as the policy acted, and draw
+    the minibatches from all of them (Sample Factory's recurrence, RLlib's max_seq_len); 0:
+    whole rollouts from the rollout's start (a minibatch is then a group of envs). Must
+    divide --t-max"""
     clip: float = 0.2
     """APPO: PPO's clip range epsilon of the probability ratio"""
     value_clip: float = 0.0
@@ -595,12 +602,23 @@ class Config:
         _need(self.c_bar > 0.0, "c-bar", f"must be > 0, got {self.c_bar}")
         _need(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         _need(self.minibatches >= 1, "minibatches", f"must be >= 1, got {self.minibatches}")
+        _need(self.seq_len >= 0, "seq-len", f"must be >= 0, got {self.seq_len}")
         _need(
-            self.algo != "appo" or self.core == "none" or self.minibatches <= self.envs_per_worker,
+            self.seq_len == 0 or self.t_max % self.seq_len == 0,
+            "seq-len",
+            f"{self.seq_len} does not divide --t-max {self.t_max}: every sequence of a "
+            "minibatch has the same length (give a divisor of --t-max, or 0 for whole rollouts)",
+        )
+        cut = self.t_max // self.seq_len if self.seq_len else 1
+        _need(
+            self.algo != "appo"
+            or self.core == "none"
+            or self.minibatches <= self.envs_per_worker * cut,
             "minibatches",
-            f"with --core {self.core} each minibatch is a group of a worker's envs: "
-            f"{self.minibatches} minibatches need --envs-per-worker {self.minibatches} or more "
-            f"(it is {self.envs_per_worker})",
+            f"with --core {self.core} each minibatch is a group of sequences, "
+            f"{self.envs_per_worker * cut} a rollout (--envs-per-worker x --t-max / --seq-len, "
+            f"--seq-len 0: whole rollouts): give --minibatches {self.envs_per_worker * cut} or "
+            "fewer, or a shorter --seq-len",
         )
         _need(
             self.algo != "appo" or self.minibatches <= self.envs_per_worker * self.t_max,
@@ -787,6 +805,7 @@ ALGO_ONLY: dict[str, tuple[str, ...]] = {
     "shared_trunk": POLICY_GRADIENT,
     "epochs": ("appo",),
     "minibatches": ("appo",),
+    "seq_len": ("appo",),
     "clip": ("appo",),
     "value_clip": ("appo",),
     "target_update": Q_METHODS,
@@ -802,6 +821,11 @@ ALGO_ONLY: dict[str, tuple[str, ...]] = {
 #: the options read only when another setting is on: when, and why they are refused otherwise
 #: (:meth:`Config.validate`; a resumed run's saved one goes back to its default: asyncrl.trainer)
 READ_WITH: dict[str, tuple[Callable[[Config], bool], str]] = {
+    "seq_len": (
+        lambda c: c.core != "none",
+        "cuts a recurrent core's rollouts into sequences: add --core lstm or gru, or drop "
+        "--seq-len (a feed-forward net learns from single transitions)",
+    ),
     "rho_bar": (
         lambda c: c.vtrace,
         "truncates V-trace's importance weights: add --vtrace, or drop --rho-bar",

@@ -314,3 +314,55 @@ def test_the_rollouts_frames_laid_out_once_give_the_same_minibatch_loss(precisio
     assert appo.prepare(model, random_rollout(minatar))[-1] is None
     appo, model = algo_and_model(APPO)  # vectors: an MLP
     assert appo.prepare(model, random_rollout(INFO))[-1] is None
+
+
+def test_seq_len_cuts_each_envs_rollout_into_pieces_that_the_minibatches_partition():
+    """--seq-len 2 on 6 steps of 4 envs: 12 sequences, each one env's 2 consecutive steps
+    from an even step, every (step, env) in one of a pass's 3 minibatches, reshuffled."""
+    appo, _ = algo_and_model(APPO, t_max=6, epochs=2, minibatches=3, core="lstm", seq_len=2)
+    ro = random_rollout(INFO, T=6, B=4)
+    passes = [appo.minibatches(ro, sequential=True) for _ in range(2)]
+    for mbs in passes:
+        assert [t.shape for t, _ in mbs] == [(2, 4)] * 3
+        cells = []
+        for times, envs in mbs:
+            assert (times[1] == times[0] + 1).all() and (times[0] % 2 == 0).all()
+            assert (envs[1] == envs[0]).all()
+            cells += list(zip(times.ravel().tolist(), envs.ravel().tolist(), strict=True))
+        assert sorted(cells) == [(t, b) for t in range(6) for b in range(4)]
+    assert [t.tolist() for t, _ in passes[0]] != [t.tolist() for t, _ in passes[1]]
+    # 0: whole rollouts, a minibatch a group of envs (the seeded draw as before --seq-len)
+    whole, _ = algo_and_model(APPO, t_max=6, minibatches=2, core="lstm")
+    mbs = whole.minibatches(ro, sequential=True)
+    groups = np.array_split(np.random.default_rng(0).permutation(4), 2)
+    assert [e[0].tolist() for _, e in mbs] == [g.tolist() for g in groups]
+    assert all((t == np.arange(6)[:, None]).all() for t, _ in mbs)
+
+
+@pytest.mark.parametrize("core", ["lstm", "gru"])
+def test_a_sequence_replays_from_the_state_the_core_had_there_as_it_acted(core):
+    """A minibatch of --seq-len pieces, at the parameters that acted, gives what acting and a
+    pass over the whole rollout from its start gave at those steps, an episode start inside a
+    piece included (the core restarts there); and its gradient reaches the core."""
+    appo, model = algo_and_model(APPO, t_max=6, minibatches=4, core=core, seq_len=3)
+    rng = np.random.default_rng(0)
+    ro = random_rollout(INFO, T=6, B=4)
+    ro.first[0] = True
+    ro.first[4, 1] = True  # after the autoreset step at t = 3: inside the piece from step 3
+    appo.begin_rollout(model, 0)
+    with torch.no_grad():
+        for t in range(6):
+            appo.act(model, torch.from_numpy(ro.obs[t]), 0, rng, ro.first[t])
+        appo.end_rollout(model, ro, 0, rng)
+        full_params, full_values = appo.unroll(model, ro)
+    assert appo.seq_states is not None and appo.seq_states.shape[:2] == (6, 4)
+    times, envs = np.array([[3, 0], [4, 1], [5, 2]]), np.array([[1, 2], [1, 2], [1, 2]])
+    params, values = appo.unroll_minibatch(model, ro, times, envs)
+    torch.testing.assert_close(params, full_params[times, envs], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(values, full_values[times, envs], rtol=1e-5, atol=1e-6)
+    # from a zero state instead the piece from step 3 of env 2 would differ (the state matters)
+    appo.seq_states.zero_()
+    zeroed, _ = appo.unroll_minibatch(model, ro, times, envs)
+    assert not torch.allclose(zeroed[:, 0], params[:, 0].detach(), atol=1e-4)
+    values.sum().backward()
+    assert model.core.cell.weight_hh.grad.abs().sum() > 0

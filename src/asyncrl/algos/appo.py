@@ -20,8 +20,10 @@ the critic gave as the policy acted, recorded with the rollout: PPO's way (Schul
 SB3's, CleanRL's, Sample Factory's). With --vtrace they are V-trace's, whose importance
 weights pi/mu need pi at the learner's parameters: one pass over the rollout at the first
 minibatch's gives them and the values, as IMPALA's learner does. A minibatch is a
-random set of transitions, or with a recurrent core a group of envs, whole sequences, so that
-the core replays its state from the rollout's start (:meth:`APPO.minibatches`). Pulling
+random set of transitions, or with a recurrent core a random set of sequences that the core
+replays from a recorded state: whole rollouts from their start, or with --seq-len L pieces of
+L steps, each from the state the core had there as the policy acted (Sample Factory's and
+R2D2's stored state; :meth:`APPO.minibatches`). Pulling
 between minibatches is what makes the clip mean anything here: without it, every
 minibatch's gradient would be taken at the parameters that acted (ratio 1, nothing ever
 clipped) and applied to parameters that others have moved on.
@@ -60,22 +62,30 @@ class APPO(A3C):
         super().start_worker(worker_id, rng)
         self.rng = rng  # the worker's: the minibatches' shuffles are part of its seeded stream
         self.acted_values: list[torch.Tensor] = []  # V(s_t) of this rollout's steps so far
+        # --seq-len: the core's state carried into each step of the rollout so far, and then
+        # all of them (T, B, ...): where each sequence of a minibatch starts its replay
+        self.acted_states: list[torch.Tensor] = []
+        self.seq_states: torch.Tensor | None = None
 
     def begin_rollout(self, model: Any, global_step: int) -> None:
         super().begin_rollout(model, global_step)
-        self.acted_values = []
+        self.acted_values, self.acted_states = [], []
 
     def act(self, model, obs, global_step, rng, first):
         # the critic too: the targets take the values of the policy that acted (PPO's), which
         # spares the learner a pass over the rollout (on Pong, 6% of a worker's time)
+        state = self.carried_state(model, obs)
+        if self.cfg.seq_len:  # a reference: the core makes a new state tensor each step
+            self.acted_states.append(state)
         if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
             return super().act(model, obs, global_step, rng, first)
-        state = self.carried_state(model, obs)
         params, value, self.state = model.act_value(obs, state, torch.from_numpy(first))
         self.acted_values.append(value)
         return model.distribution(params).sample_logp(rng)
 
     def end_rollout(self, model, rollout, global_step, rng):
+        if self.acted_states:
+            self.seq_states = torch.stack(self.acted_states)
         if self.cfg.vtrace:
             return
         # V(obs[T]) for the bootstrap, from the core's state after the last step (left as it
@@ -96,16 +106,23 @@ class APPO(A3C):
         self, rollout: Rollout, sequential: bool
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """One pass's minibatches, each the ``(times, envs)`` indices ``(L, n)`` of n
-        sequences of L steps. A ``sequential`` core (one with memory) replays whole sequences
-        from the rollout's start (L = T: a minibatch is a group of envs); without memory the
-        network learns from any transitions (L = 1: a random set of the valid ones, which
-        decorrelates the minibatches as SB3's and CleanRL's shuffles do; Sample Factory's
-        ``recurrence`` is the same choice)."""
+        sequences of L steps. A ``sequential`` core (one with memory) replays sequences of
+        --seq-len steps (L = T with 0: whole rollouts, a minibatch a group of envs), a random
+        set of the rollout's ``T / L x B``; without memory the network learns from any
+        transitions (L = 1: a random set of the valid ones, which decorrelates the minibatches
+        as SB3's and CleanRL's shuffles do; Sample Factory's ``recurrence`` is the same
+        choice)."""
         T, B = rollout.t_max, rollout.num_envs
         m = self.cfg.minibatches
         if sequential:
-            groups = np.array_split(self.rng.permutation(B), min(m, B))
-            return [(np.arange(T)[:, None].repeat(len(g), 1), g[None].repeat(T, 0)) for g in groups]
+            L = self.cfg.seq_len or T
+            # sequence k is env k % B's steps from (k // B) * L: with L = T, env k
+            order = self.rng.permutation(T // L * B)
+            steps = np.arange(L)[:, None]
+            return [
+                (steps + g[None] // B * L, (g % B)[None].repeat(L, 0))
+                for g in np.array_split(order, min(m, order.size))
+            ]
         flat = self.rng.permutation(np.flatnonzero(rollout.valid))
         return [(idx[None] // B, idx[None] % B) for idx in np.array_split(flat, min(m, flat.size))]
 
@@ -191,10 +208,11 @@ class APPO(A3C):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The network's distribution parameters and values ``(L, n, ...)`` over a minibatch's
         sequences: from the core's state at the rollout's start (whole sequences; the
-        bootstrap row the unroll adds is dropped) or none (single transitions, a stateless
-        core: their observations alone, no bootstrap row, which the targets computed before
-        the first minibatch already used; from ``learn_obs``, the same observations in the
-        encoder's learning layout, where given)."""
+        bootstrap row the unroll adds is dropped), from the state recorded as the policy acted
+        at each sequence's first step (--seq-len), or none (single transitions, a stateless
+        core). Without a bootstrap row, which the targets computed before the first minibatch
+        already used; from ``learn_obs``, the same observations in the encoder's learning
+        layout, where given."""
         if times.shape[0] == rollout.t_max:
             params, values = self.unroll(model, rollout, envs[0])
             return params[:-1], values[:-1]
@@ -203,7 +221,13 @@ class APPO(A3C):
         else:  # a view with NHWC strides of the NCHW shape: the encoder copies nothing
             obs = torch.from_numpy(learn_obs[times, envs]).movedim(-1, -3)
         first = torch.from_numpy(rollout.first[times, envs])
-        return model.unroll(obs, model.initial_state(envs.shape[1]), first, bootstrap=False)
+        if self.seq_states is not None and model.core.sequential:
+            # the state as it acted, not as these parameters would give it: R2D2's "stored
+            # state" (no burn-in), Sample Factory's; the gradient stops at the sequence start
+            start = self.seq_states[times[0], envs[0]]
+        else:
+            start = model.initial_state(envs.shape[1])
+        return model.unroll(obs, start, first, bootstrap=False)
 
     def loss(self, model, rollout: Rollout, target_model=None):
         """One pass of one minibatch holding the whole rollout (for callers that want one
