@@ -287,7 +287,7 @@ SUITES: dict[str, list[Task]] = {
     "atari5-a3c": [replace(t, args=(*t.args, "--algo", "a3c")) for t in map(atari_hour, PAPER_A3C)],
     # issue #28's Pong target (18 within 30 minutes on every seed), one task per setting on
     # the atari preset (A3C; APPO in float32 in PPO's 4 passes of 4 minibatches, and 2 of 4),
-    # the defaults on the machine at hand (2 passes of 8) and variants of them: 6 hours a seed
+    # the defaults on the machine at hand (2 passes of 8) and variants of them: 6.5 hours a seed
     "pong30": [
         # measured in float32 before --precision existed; pinned so they repeat today
         # (and APPO's 4 passes of 4 minibatches, its Atari setting then)
@@ -331,10 +331,9 @@ SUITES: dict[str, list[Task]] = {
         # in CleanRL's ppo_atari_lstm (8 envs, 4 minibatches), for 2 x 8's compute; on seed 0
         # 2 x 8's one game a minibatch had not taken off at 6.4M frames
         pong30("LSTM-2x4", "--core", "lstm", *_PPO_2X4),
-        # 2 x 8 again, its minibatches four pieces of 32 steps from any of the 8 games, each
-        # replayed from the core's state recorded there (--seq-len): 128 transitions a
-        # minibatch from four streams, as the feed-forward net's 128 come from all eight,
-        # where one game a minibatch left the critic unfit
+        # 2 x 8 again, each minibatch four pieces of 32 steps drawn from the rollout's 32 (8
+        # games x 4), each replayed from the core's state recorded there (--seq-len): 128
+        # transitions from up to four games, where one game a minibatch left the critic unfit
         pong30("LSTM-2x8-seq32", "--core", "lstm", *_PPO_2X8, "--seq-len", "32"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed

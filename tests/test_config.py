@@ -334,13 +334,21 @@ def test_entropy_schedule_options_out_of_place_are_refused(options, flag):
         (dict(t_max=8, seq_len=4), "--seq-len: cuts a recurrent core's rollouts"),  # no core
         (dict(algo="a3c", core="lstm", t_max=8, seq_len=4), "--seq-len: a3c does not read it"),
         (dict(core="lstm", t_max=128, seq_len=48), "--seq-len: 48 does not divide --t-max 128"),
-        (dict(core="lstm", seq_len=-1), "--seq-len: must be >= 0"),
+        (dict(core="lstm", seq_len=-1), "--seq-len: must be 0 (whole rollouts) or 2 or more"),
         # 8 envs x 128 / 64 = 16 sequences a rollout: 32 minibatches cannot be drawn
         (
             dict(core="lstm", envs_per_worker=8, t_max=128, seq_len=64, minibatches=32),
             "give --minibatches 16 or fewer, or a shorter --seq-len",
         ),
-        (dict(core="gru", envs_per_worker=4, minibatches=8), "give --minibatches 4 or fewer"),
+        (
+            dict(core="gru", envs_per_worker=4, minibatches=8),
+            "give --minibatches 4 or fewer, --envs-per-worker 8 or more, or --seq-len L",
+        ),
+        (dict(core="lstm", t_max=8, seq_len=1), "--seq-len: must be 0 (whole rollouts) or 2"),
+        (dict(core="lstm", t_max=8, seq_len=4, vtrace=True), "drop --seq-len or --vtrace"),
+        # what is wrong first: not read at all, before a length that does not divide
+        (dict(t_max=8, seq_len=3), "--seq-len: cuts a recurrent core's rollouts"),
+        (dict(algo="a3c", core="lstm", t_max=8, seq_len=3), "--seq-len: a3c does not read it"),
     ],
 )
 def test_seq_len_out_of_place_is_refused(options, needle):

@@ -602,23 +602,40 @@ class Config:
         _need(self.c_bar > 0.0, "c-bar", f"must be > 0, got {self.c_bar}")
         _need(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         _need(self.minibatches >= 1, "minibatches", f"must be >= 1, got {self.minibatches}")
-        _need(self.seq_len >= 0, "seq-len", f"must be >= 0, got {self.seq_len}")
+        # (where it is read: elsewhere ALGO_ONLY and READ_WITH name the problem, later)
+        pieces = self.algo == "appo" and self.core != "none"
         _need(
-            self.seq_len == 0 or self.t_max % self.seq_len == 0,
+            self.seq_len == 0 or self.seq_len >= 2,
+            "seq-len",
+            f"must be 0 (whole rollouts) or 2 or more, got {self.seq_len} (a piece of one step "
+            "could hold an autoreset step alone: nothing to learn from)",
+        )
+        _need(
+            not pieces or self.seq_len == 0 or self.t_max % self.seq_len == 0,
             "seq-len",
             f"{self.seq_len} does not divide --t-max {self.t_max}: every sequence of a "
             "minibatch has the same length (give a divisor of --t-max, or 0 for whole rollouts)",
         )
-        cut = self.t_max // self.seq_len if self.seq_len else 1
         _need(
-            self.algo != "appo"
-            or self.core == "none"
-            or self.minibatches <= self.envs_per_worker * cut,
+            not pieces or not self.vtrace or self.seq_len == 0,
+            "seq-len",
+            "V-trace's targets come from the learner's pass over whole rollouts, and --seq-len "
+            "replays pieces from the states the policy acted with: drop --seq-len or --vtrace",
+        )
+        cut = self.t_max // self.seq_len if pieces and self.seq_len else 1
+        fix = (
+            "or a shorter --seq-len"
+            if self.seq_len
+            else f"--envs-per-worker {self.minibatches} or more, or --seq-len L to cut each "
+            "rollout into pieces of L steps"
+        )
+        _need(
+            not pieces or self.minibatches <= self.envs_per_worker * cut,
             "minibatches",
             f"with --core {self.core} each minibatch is a group of sequences, "
-            f"{self.envs_per_worker * cut} a rollout (--envs-per-worker x --t-max / --seq-len, "
-            f"--seq-len 0: whole rollouts): give --minibatches {self.envs_per_worker * cut} or "
-            "fewer, or a shorter --seq-len",
+            f"{self.envs_per_worker * cut} a rollout (--envs-per-worker x --t-max / --seq-len; "
+            f"whole rollouts without --seq-len): give --minibatches {self.envs_per_worker * cut} "
+            f"or fewer, {fix}",
         )
         _need(
             self.algo != "appo" or self.minibatches <= self.envs_per_worker * self.t_max,

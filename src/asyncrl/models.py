@@ -408,9 +408,9 @@ class Core(nn.Module):
     restarts from zero. A new core is a subclass and a line in :data:`CORES`."""
 
     out_dim: int
-    #: whether a step's output depends on earlier steps: then a rollout can only be replayed
-    #: whole, from the state at its start (APPO's minibatches are groups of envs), where a
-    #: core without memory can take any set of transitions
+    #: whether a step's output depends on earlier steps: then a rollout is replayed in
+    #: sequences, each from a stored state (APPO's minibatches are groups of whole rollouts or
+    #: of --seq-len pieces), where a core without memory can take any set of transitions
     sequential: bool = True
 
     def initial_state(self, batch: int) -> torch.Tensor:

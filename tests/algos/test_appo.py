@@ -352,15 +352,22 @@ def test_a_sequence_replays_from_the_state_the_core_had_there_as_it_acted(core):
     appo.begin_rollout(model, 0)
     with torch.no_grad():
         for t in range(6):
-            appo.act(model, torch.from_numpy(ro.obs[t]), 0, rng, ro.first[t])
+            ro.actions[t], ro.logp[t] = appo.act(
+                model, torch.from_numpy(ro.obs[t]), 0, rng, ro.first[t]
+            )
         appo.end_rollout(model, ro, 0, rng)
         full_params, full_values = appo.unroll(model, ro)
     assert appo.seq_states is not None and appo.seq_states.shape[:2] == (6, 4)
+    # every minibatch of a pass at the acting parameters: ratio 1 (pi is the mu that acted)
+    for update in appo.updates(model, ro, None):
+        _, stats = update()
+        assert stats["appo/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+        assert stats["appo/clip_fraction"] == 0.0
     times, envs = np.array([[3, 0], [4, 1], [5, 2]]), np.array([[1, 2], [1, 2], [1, 2]])
     params, values = appo.unroll_minibatch(model, ro, times, envs)
     torch.testing.assert_close(params, full_params[times, envs], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(values, full_values[times, envs], rtol=1e-5, atol=1e-6)
-    # from a zero state instead the piece from step 3 of env 2 would differ (the state matters)
+    # from a zero state instead the piece from step 3 of env 1 would differ (the state matters)
     appo.seq_states.zero_()
     zeroed, _ = appo.unroll_minibatch(model, ro, times, envs)
     assert not torch.allclose(zeroed[:, 0], params[:, 0].detach(), atol=1e-4)

@@ -75,7 +75,7 @@ class APPO(A3C):
         # the critic too: the targets take the values of the policy that acted (PPO's), which
         # spares the learner a pass over the rollout (on Pong, 6% of a worker's time)
         state = self.carried_state(model, obs)
-        if self.cfg.seq_len:  # a reference: the core makes a new state tensor each step
+        if 0 < self.cfg.seq_len < self.cfg.t_max:  # a reference: each step's state is new
             self.acted_states.append(state)
         if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
             return super().act(model, obs, global_step, rng, first)
@@ -145,7 +145,7 @@ class APPO(A3C):
         if var > 0:  # 1: the values explain the returns; 0: no better than their mean
             residual = (returns - values_np[:T])[valid].var()
             stats["train/explained_variance"] = float(1.0 - residual / var)
-        # a recurrent core replays whole sequences from the rollout as stored (unroll_minibatch)
+        # a recurrent core replays sequences from the rollout as stored (unroll_minibatch)
         sequential = model.core.sequential
         learn_obs = None if sequential else model.encoder.learning_layout(rollout.obs)
         return returns, adv, values_np[:T], stats, learn_obs
