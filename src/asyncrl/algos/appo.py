@@ -66,6 +66,7 @@ class APPO(A3C):
         # all of them (T, B, ...): where each sequence of a minibatch starts its replay
         self.acted_states: list[torch.Tensor] = []
         self.seq_states: torch.Tensor | None = None
+        self.record_states = 0 < self.cfg.seq_len < self.cfg.t_max  # (--vtrace refuses it)
 
     def begin_rollout(self, model: Any, global_step: int) -> None:
         super().begin_rollout(model, global_step)
@@ -74,11 +75,11 @@ class APPO(A3C):
     def act(self, model, obs, global_step, rng, first):
         # the critic too: the targets take the values of the policy that acted (PPO's), which
         # spares the learner a pass over the rollout (on Pong, 6% of a worker's time)
-        state = self.carried_state(model, obs)
-        if 0 < self.cfg.seq_len < self.cfg.t_max:  # a reference: each step's state is new
-            self.acted_states.append(state)
         if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
             return super().act(model, obs, global_step, rng, first)
+        state = self.carried_state(model, obs)
+        if self.record_states:  # a reference: the core makes a new state tensor each step
+            self.acted_states.append(state)
         params, value, self.state = model.act_value(obs, state, torch.from_numpy(first))
         self.acted_values.append(value)
         return model.distribution(params).sample_logp(rng)
@@ -221,7 +222,7 @@ class APPO(A3C):
         else:  # a view with NHWC strides of the NCHW shape: the encoder copies nothing
             obs = torch.from_numpy(learn_obs[times, envs]).movedim(-1, -3)
         first = torch.from_numpy(rollout.first[times, envs])
-        if self.seq_states is not None and model.core.sequential:
+        if self.seq_states is not None:  # (recorded only for a recurrent core)
             # the state as it acted, not as these parameters would give it: R2D2's "stored
             # state" (no burn-in), Sample Factory's; the gradient stops at the sequence start
             start = self.seq_states[times[0], envs[0]]
