@@ -121,6 +121,41 @@ def test_worker_error_is_reported_not_swallowed(monkeypatch):
     assert torch.equal(params, before)
 
 
+@pytest.mark.parametrize("ending", ["done", "fault", "retired"])
+def test_a_worker_closes_its_envs_however_its_loop_ends(ending, monkeypatch):
+    """Done, failed or retired (restarted as hung): the worker closes its envs itself. The
+    store refers back to its worker, so a failed or retired one is otherwise freed only by a
+    cycle collection, an Atari vector env's emulator thread with it."""
+    from asyncrl.backends.local import SharedMemoryStore
+    from asyncrl.worker import Worker
+
+    class Broken(A3C):
+        def loss(self, *a, **k):
+            raise FloatingPointError("boom")
+
+    class Retiring(SharedMemoryStore):
+        def push(self, *a, **k):
+            return -1  # what push answers an incarnation the main process restarted
+
+    if ending == "fault":
+        monkeypatch.setitem(algos.REGISTRY, "a3c", Broken)
+    cfg = Config(steps=40, t_max=4, envs_per_worker=2, hidden=(4,))
+    info = probe_env(cfg.env)
+    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    store_type = Retiring if ending == "retired" else SharedMemoryStore
+    store = store_type(cfg, make_shared(params), Outbox(), 0, 0)
+    worker = Worker(0, 0, cfg, info, store, None)
+    store.attach(worker)
+    closes = []
+    worker.envs.close = lambda: closes.append(True)  # type: ignore[method-assign]
+    if ending == "fault":
+        with pytest.raises(FloatingPointError):
+            worker.run()
+    else:
+        assert (worker.run() is None) == (ending == "retired")
+    assert closes == [True]
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "asyncrl-test/Counter-v0"])
 def test_make_vec_env_uses_next_step_autoreset(env_id):
     from asyncrl.envs import make_vec_env

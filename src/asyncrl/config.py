@@ -167,7 +167,9 @@ class Config:
     clip: float = 0.2
     """APPO: PPO's clip range epsilon of the probability ratio"""
     value_clip: float = 0.0
-    """APPO: clip the value's move from the rollout's values to this (0: no clipping)"""
+    """APPO: clip the value's move from the rollout's values to this (0: no clipping); the
+    values the policy recorded as it acted, with --vtrace the learner's at the rollout's first
+    minibatch"""
     gamma: float = 0.99
     """discount factor"""
     lr: float = 3e-3

@@ -10,7 +10,8 @@ over a rollout that may hold several episode ends, with an optional fixed horizo
 two policies for terms past the rollout that users ask for by name:
 
 * ``missing="bootstrap"`` -- *use maximum terms possible*: a horizon that runs past the rollout
-  is cut there and bootstrapped from ``last_value`` (0 if the last state is terminal);
+  is cut there and bootstrapped from V of the state after the rollout's last step (0 if that
+  step is terminal);
 * ``missing="zero"`` -- *missing terms treated as 0*: every term past the rollout, the bootstrap
   included, counts as 0.
 

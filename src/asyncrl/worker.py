@@ -5,9 +5,11 @@ the network, and a preallocated rollout buffer. Per rollout:
 
     theta' <- store.pull()                       (and theta^- for the Q methods)
     collect up to t_max steps of the B envs      (algorithm hooks at rollout begin / end)
-    loss   <- algo.loss(model, rollout)          one batched forward + backward pass
-    grad   <- clip(d loss / d theta')
-    store.push(grad)                             shared optimizer step, or sent to a server
+    for each update of algo.updates(rollout):    one for the paper's methods; APPO's epochs x
+                                                 minibatches, each after a fresh pull
+        loss <- the update's loss                one batched forward + backward pass
+        grad <- clip(d loss / d theta')
+        store.push(grad)                         shared optimizer step, or sent to a server
     store.report(episodes, statistics)
 
 The ``store`` (a :class:`Store`) is the only thing that differs between backends: shared
@@ -25,6 +27,7 @@ worker.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 import threading
@@ -258,6 +261,19 @@ class Worker:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> WorkerSnapshot | None:
+        # the envs are closed on every way out: retired, a fault raised, or done. A retired
+        # or failed worker is otherwise kept alive by the store's reference back to it until
+        # a cycle collection, with an Atari vector env's emulator thread and memory
+        try:
+            snapshot = self._run()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the fault is reported, not a failed close
+                self.envs.close()
+            raise
+        self.envs.close()
+        return snapshot
+
+    def _run(self) -> WorkerSnapshot | None:
         cfg, store, buf = self.cfg, self.store, self.buf
         global_step = store.global_step()
         while not store.stopping() and global_step < cfg.steps:
@@ -284,9 +300,7 @@ class Worker:
                 store.report(finished, self.stats.take() if due else {}, global_step)
         if self.stats.sums:  # before the snapshot: on Ray it sends what is still queued
             store.report([], self.stats.take(), global_step)
-        snapshot = store.snapshot(self)
-        self.envs.close()
-        return snapshot
+        return store.snapshot(self)
 
     def learn(self, ro: Rollout, n_valid: int, version: int) -> int:
         """Loss, gradient, push: the rollout's asynchronous updates (one for the paper's

@@ -162,6 +162,23 @@ def test_a_minibatch_of_transitions_is_the_same_loss_as_the_whole_rollout_masked
     assert all(g is not None and g.abs().sum() > 0 for g in grads)
 
 
+@pytest.mark.parametrize("core", ["none", "lstm"])
+def test_a_minibatch_averages_over_its_transitions_not_its_slots(core):
+    """A recurrent core's minibatch is whole sequences, autoreset steps (masked) included;
+    its means are over the transitions, as the feed-forward draws of transitions alone are,
+    so one setting takes steps of one size with or without a core."""
+    appo, model = algo_and_model(APPO, epochs=1, minibatches=1, core=core)
+    ro = random_rollout(INFO)  # step 3 of env 1 is an autoreset step
+    as_acted(model, appo, ro)
+    ((times, envs),) = appo.minibatches(ro, model.core.sequential)
+    assert times.size == ro.valid.size - (core == "none")  # the sequences hold the reset step
+    _, stats = appo.minibatch_loss(model, ro, times, envs, [])
+    with torch.no_grad():
+        params, _ = appo.unroll(model, ro)
+        entropy = model.distribution(params[:-1]).entropy()[torch.from_numpy(ro.valid)]
+    assert stats["loss/entropy"] == pytest.approx(float(entropy.mean()), rel=1e-5)
+
+
 def test_the_targets_are_computed_once_at_the_first_minibatchs_parameters():
     appo, model = algo_and_model(APPO, epochs=2, minibatches=2)
     ro = random_rollout(INFO)

@@ -2,7 +2,8 @@
 
 Per rollout of up to t_max steps (of each of the worker's envs):
 
-    R_t   = forward-view n-step return, bootstrapped from V(s_T) (asyncrl.targets)
+    R_t   = forward-view n-step return, bootstrapped from V(s_T) (asyncrl.targets; with
+            --n-step n, a return of at most n rewards)
     A_t   = R_t - V(s_t)                          (or GAE(lambda) with --gae-lambda; scaled to
                                                    mean 0, std 1 with --normalize-advantage)
     (--vtrace: R_t and A_t are V-trace's, learnt at the global parameters of the moment the

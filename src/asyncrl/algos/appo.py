@@ -78,7 +78,7 @@ class APPO(A3C):
         if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
             return super().act(model, obs, global_step, rng, first)
         state = self.carried_state(model, obs)
-        if self.record_states:  # a reference: the core makes a new state tensor each step
+        if self.record_states:  # a reference: a recurrent core makes a new state each step
             self.acted_states.append(state)
         params, value, self.state = model.act_value(obs, state, torch.from_numpy(first))
         self.acted_values.append(value)
@@ -168,7 +168,9 @@ class APPO(A3C):
         dist = model.distribution(params)
         logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
         mask = torch.from_numpy(rollout.valid[times, envs]).float()
-        n = float(times.size)  # a mean over the minibatch's transitions
+        # a mean over the minibatch's transitions: a recurrent core's sequences also hold
+        # autoreset steps (masked), which the feed-forward draws leave out
+        n = max(float(mask.sum()), 1.0)
         # against the recorded mu; with --vtrace the advantages already hold rho = min(rho_bar,
         # pi/mu), so the ratio weights them again: Sample Factory's combination (docs/algorithms.md)
         log_ratio = logp - torch.from_numpy(rollout.logp[times, envs])
@@ -186,10 +188,9 @@ class APPO(A3C):
         entropy = (dist.entropy() * mask).sum() / n
         loss = policy_loss + cfg.value_coef * value_loss - self.entropy_coef * entropy
         with torch.no_grad():
-            count = max(float(mask.sum()), 1.0)
             # Schulman's low-variance estimator of KL(mu || pi): (ratio - 1) - log ratio
-            approx_kl = float((((ratio - 1.0) - log_ratio) * mask).sum() / count)
-            clip_fraction = float((((ratio - 1.0).abs() > cfg.clip).float() * mask).sum() / count)
+            approx_kl = float((((ratio - 1.0) - log_ratio) * mask).sum() / n)
+            clip_fraction = float((((ratio - 1.0).abs() > cfg.clip).float() * mask).sum() / n)
         out = {
             "loss/policy_loss": float(policy_loss.detach()),
             "loss/value_loss": float(value_loss.detach()),
