@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--stochastic",
         action="store_true",
-        help="A3C: sample actions (seeded by --seed) instead of taking the most likely one",
+        help="A3C, APPO: sample actions (seeded by --seed) instead of taking the most likely one",
     )
     e.add_argument(
         "--video",

@@ -131,7 +131,7 @@ class Config:
     100-episode confirmation half the time, so a run that tries again and again would stop on a
     lucky one (0: the mean alone; 2: about a 2% chance of that per try)"""
     eval_stochastic: bool = False
-    """A3C: evaluate the sampled policy instead of its mode (the greedy action)"""
+    """A3C, APPO: evaluate the sampled policy instead of its mode (the greedy action)"""
     t_max: int = 8
     """steps per rollout before each asynchronous update (paper: 5)"""
     n_step: int | None = None
