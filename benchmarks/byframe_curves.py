@@ -1,7 +1,9 @@
 """Two settings of an Atari task against each other by the frame, seed by seed: the mean of the
 last 100 games, and of the last 50 at odd no-op counts (the games that lag on Pong:
 docs/benchmarks.md#what-the-last-points-are), against frames. By the frame, runs made on
-CPUs of different speeds compare; by the minute they do not.
+CPUs of different speeds compare; by the minute they do not. The no-op count is
+``start_frames - 1``, as in games with FIRE (Pong's); games without a ``start_frames`` are left
+out.
 
     python benchmarks/byframe_curves.py A_DIR B_DIR --labels "defaults" "--entropy-coef 0.005" \\
         --seeds 0 1 2 --png OUT.png
@@ -26,7 +28,7 @@ def curves(path: Path, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The mean of the last 100 games and of the last 50 at odd no-op counts at each frame
     count of ``grid`` (millions); NaN past the run's end."""
     with open(path) as f:
-        rows = list(csv.DictReader(f))
+        rows = [r for r in csv.DictReader(f) if r["start_frames"]]  # games with FIRE
     frames = np.array([4 * int(r["global_step"]) for r in rows]) / 1e6
     score = np.array([float(r["return"]) for r in rows])
     odd = np.array([(int(r["start_frames"]) - 1) % 2 == 1 for r in rows])

@@ -39,11 +39,8 @@ def main() -> None:
     env_id = json.loads(Path(args.run_dir, "config.json").read_text())["env"]
     policy = asyncrl.load(args.run_dir, "last")
     model, n_actions = policy.model, policy.spec.action.n
-    moves = (
-        PONG_MOVES
-        if env_id.startswith("Pong") and n_actions == 6
-        else [[a] for a in range(n_actions)]
-    )
+    pong = "Pong" in env_id and n_actions == 6  # PongNoFrameskip-v4, ALE/Pong-v5
+    moves = PONG_MOVES if pong else [[a] for a in range(n_actions)]
     counts = noop_counts(env_id, range(EVAL_SEED, EVAL_SEED + args.games))
     rng = np.random.default_rng(args.seed)
     games = []

@@ -321,10 +321,11 @@ SUITES: dict[str, list[Task]] = {
         # near +9.5 (docs/benchmarks.md#what-the-last-points-are)
         pong30("gae-0.98", "--gae-lambda", "0.98"),
         # half PPO's entropy bonus from the start: the games at odd no-op counts lose more to
-        # the sampling than the even ones (a last model's sampled games 3-4 points under its
-        # greedy ones there, about 1 at even counts; on the Zen 3 one scored 19 greedily and
-        # -9.6 sampled at its odd starts), and 0.001 sharpened the policy to about ln 2 nats by
-        # 14 minutes and then stalled (docs/benchmarks.md#what-the-last-points-are)
+        # the sampling than the even ones (a last model's sampled games 2.8-3.3 points under
+        # its greedy ones there, about 1 at even counts; on the Zen 3 one scored 19 greedily
+        # at its odd starts where its last training games there stood near -9.5), and 0.001
+        # sharpened the policy to about ln 2 nats by 14 minutes and then stalled
+        # (docs/benchmarks.md#what-the-last-points-are)
         pong30("entropy-0.005", "--entropy-coef", "0.005"),
         # the recurrent core in the feed-forward defaults' 2 passes of 8 minibatches, where a
         # minibatch is one game's whole sequence (the atari preset's with --core lstm until

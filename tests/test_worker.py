@@ -146,8 +146,8 @@ def test_a_worker_closes_its_envs_however_its_loop_ends(ending, monkeypatch):
     store = store_type(cfg, make_shared(params), Outbox(), 0, 0)
     worker = Worker(0, 0, cfg, info, store, None)
     store.attach(worker)
-    closes = []
-    worker.envs.close = lambda: closes.append(True)  # type: ignore[method-assign]
+    closes, close = [], worker.envs.close
+    worker.envs.close = lambda: closes.append(True) or close()  # type: ignore[method-assign]
     if ending == "fault":
         with pytest.raises(FloatingPointError):
             worker.run()

@@ -6,7 +6,8 @@ the network, and a preallocated rollout buffer. Per rollout:
     theta' <- store.pull()                       (and theta^- for the Q methods)
     collect up to t_max steps of the B envs      (algorithm hooks at rollout begin / end)
     for each update of algo.updates(rollout):    one for the paper's methods; APPO's epochs x
-                                                 minibatches, each after a fresh pull
+                                                 minibatches (fresh parameters pulled before
+                                                 each, as before A3C's with --vtrace)
         loss <- the update's loss                one batched forward + backward pass
         grad <- clip(d loss / d theta')
         store.push(grad)                         shared optimizer step, or sent to a server

@@ -163,10 +163,12 @@ def test_a_minibatch_of_transitions_is_the_same_loss_as_the_whole_rollout_masked
 
 
 @pytest.mark.parametrize("core", ["none", "lstm"])
-def test_a_minibatch_averages_over_its_transitions_not_its_slots(core):
-    """A recurrent core's minibatch is whole sequences, autoreset steps (masked) included;
-    its means are over the transitions, as the feed-forward draws of transitions alone are,
-    so one setting takes steps of one size with or without a core."""
+def test_a_minibatch_divides_by_a_fixed_count_as_every_loss_does(core):
+    """Every transition weighs the same (docs/algorithms.md): a minibatch of transitions
+    divides by the transitions drawn, a recurrent core's whole sequences by their slots, the
+    masked autoreset steps included, as A3C divides by t_max x B; so a reset step weighs
+    nothing and dilutes nothing. (Each case pins its own count: the two differ only where a
+    core's sequences hold reset steps.)"""
     appo, model = algo_and_model(APPO, epochs=1, minibatches=1, core=core)
     ro = random_rollout(INFO)  # step 3 of env 1 is an autoreset step
     as_acted(model, appo, ro)
@@ -176,7 +178,7 @@ def test_a_minibatch_averages_over_its_transitions_not_its_slots(core):
     with torch.no_grad():
         params, _ = appo.unroll(model, ro)
         entropy = model.distribution(params[:-1]).entropy()[torch.from_numpy(ro.valid)]
-    assert stats["loss/entropy"] == pytest.approx(float(entropy.mean()), rel=1e-5)
+    assert stats["loss/entropy"] == pytest.approx(float(entropy.sum()) / times.size, rel=1e-5)
 
 
 def test_the_targets_are_computed_once_at_the_first_minibatchs_parameters():

@@ -168,9 +168,10 @@ class APPO(A3C):
         dist = model.distribution(params)
         logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
         mask = torch.from_numpy(rollout.valid[times, envs]).float()
-        # a mean over the minibatch's transitions: a recurrent core's sequences also hold
-        # autoreset steps (masked), which the feed-forward draws leave out
-        n = max(float(mask.sum()), 1.0)
+        # a fixed count, as every loss here (docs/algorithms.md#every-transition-weighs-the-same):
+        # the transitions drawn, or a recurrent core's sequences' slots, masked reset steps
+        # included, so a reset step weighs nothing and dilutes nothing
+        n = float(times.size)
         # against the recorded mu; with --vtrace the advantages already hold rho = min(rho_bar,
         # pi/mu), so the ratio weights them again: Sample Factory's combination (docs/algorithms.md)
         log_ratio = logp - torch.from_numpy(rollout.logp[times, envs])
@@ -187,10 +188,11 @@ class APPO(A3C):
         value_loss = (value_err * mask).sum() / n
         entropy = (dist.entropy() * mask).sum() / n
         loss = policy_loss + cfg.value_coef * value_loss - self.entropy_coef * entropy
-        with torch.no_grad():
+        with torch.no_grad():  # the diagnostics: means over the transitions
+            count = max(float(mask.sum()), 1.0)
             # Schulman's low-variance estimator of KL(mu || pi): (ratio - 1) - log ratio
-            approx_kl = float((((ratio - 1.0) - log_ratio) * mask).sum() / n)
-            clip_fraction = float((((ratio - 1.0).abs() > cfg.clip).float() * mask).sum() / n)
+            approx_kl = float((((ratio - 1.0) - log_ratio) * mask).sum() / count)
+            clip_fraction = float((((ratio - 1.0).abs() > cfg.clip).float() * mask).sum() / count)
         out = {
             "loss/policy_loss": float(policy_loss.detach()),
             "loss/value_loss": float(value_loss.detach()),
