@@ -22,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import suite
 
 
 def curves(path: Path, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -31,7 +32,7 @@ def curves(path: Path, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = [r for r in csv.DictReader(f) if r["start_frames"]]  # games with FIRE
     frames = np.array([4 * int(r["global_step"]) for r in rows]) / 1e6
     score = np.array([float(r["return"]) for r in rows])
-    odd = np.array([(int(r["start_frames"]) - 1) % 2 == 1 for r in rows])
+    odd = np.array([suite.noop_residue(r["start_frames"]) % 2 == 1 for r in rows])
     last, last_odd = [], []
     for g in grid:
         seen = frames <= g
