@@ -8,7 +8,10 @@ out.
     python benchmarks/byframe_curves.py A_DIR B_DIR --labels "defaults" "--entropy-coef 0.005" \\
         --seeds 0 1 2 --png OUT.png
 
-Each folder holds the suite's ``seed-S.episodes.csv`` files (``benchmarks/suite.py``).
+Each setting is a folder of the suite's ``seed-S.episodes.csv`` files (``benchmarks/suite.py``)
+or a path with ``{seed}`` in it, for a run's own ``episodes.csv`` (one resumed, say):
+
+    python benchmarks/byframe_curves.py "RESULTS/seed{seed}-resumed/episodes.csv" A_DIR ...
 """
 
 from __future__ import annotations
@@ -46,24 +49,35 @@ def curves(path: Path, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array(last), np.array(last_odd)
 
 
+def episodes_file(setting: str, seed: int) -> Path:
+    """The games of ``seed`` in ``setting``: a folder of the suite's records, or a path with
+    ``{seed}`` in it."""
+    if "{seed}" in setting:
+        return Path(setting.format(seed=seed))
+    return Path(setting) / f"seed-{seed}.episodes.csv"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("dirs", nargs=2, type=Path, help="the two settings' folders")
+    p.add_argument(
+        "dirs", nargs=2, help="the two settings: folders of suite records, or paths with {seed}"
+    )
     p.add_argument("--labels", nargs=2, required=True)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--title", default="")
+    p.add_argument("--legend-loc", default="upper left", help="where the first plot's legend goes")
     p.add_argument("--png", required=True)
     args = p.parse_args()
     ends = []
     for d in args.dirs:
         for s in args.seeds:
-            with open(d / f"seed-{s}.episodes.csv") as f:
+            with open(episodes_file(d, s)) as f:
                 ends.append(4 * int(list(csv.DictReader(f))[-1]["global_step"]) / 1e6)
     grid = np.linspace(0.5, max(ends), 100)
     fig, axes = plt.subplots(1, len(args.seeds), figsize=(5 * len(args.seeds), 4.2), sharey=True)
     for s, ax in zip(args.seeds, np.atleast_1d(axes), strict=True):
         for d, label, color in zip(args.dirs, args.labels, ("tab:blue", "tab:red"), strict=True):
-            last, last_odd = curves(d / f"seed-{s}.episodes.csv", grid)
+            last, last_odd = curves(episodes_file(d, s), grid)
             ax.plot(grid, last, color=color, label=f"{label}: last 100 games")
             ax.plot(grid, last_odd, color=color, ls="--", label=f"{label}: last 50 at odd no-ops")
         ax.set_title(f"seed {s}")
@@ -71,7 +85,7 @@ def main() -> None:
         ax.grid(alpha=0.3)
     first = np.atleast_1d(axes)[0]
     first.set_ylabel("mean score")
-    first.legend(fontsize=8, loc="upper left")
+    first.legend(fontsize=8, loc=args.legend_loc)
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()
