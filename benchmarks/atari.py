@@ -110,23 +110,20 @@ def env_only(args: argparse.Namespace) -> None:
     )
 
 
-def network_flops(model: torch.nn.Module, obs: torch.Tensor) -> tuple[float, float]:
-    """Multiply-adds per sample of a forward pass, and of a backward pass (weight gradients
-    everywhere, input gradients for all but the first layer: the pixels need none). The heads
-    (called functionally, a few thousand multiply-adds) are left out."""
-    macs: list[float] = []
+def network_flops(encoder: torch.nn.Module, obs: torch.Tensor) -> tuple[float, float]:
+    """FLOPs per sample of the encoder's forward pass and of its backward pass, as PyTorch's
+    FlopCounterMode counts the convolutions and matrix products (the first conv is called
+    functionally, past any module hook; the pixels take no gradient). The core and heads, a few
+    thousand multiply-adds after the conv net, are left out."""
+    from torch.utils.flop_counter import FlopCounterMode
 
-    def hook(m: torch.nn.Conv2d | torch.nn.Linear, inp: tuple, out: torch.Tensor) -> None:
-        macs.append(out[0].numel() * m.weight[0].numel())  # per sample: outputs x fan-in
-
-    layers = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
-    handles = [m.register_forward_hook(hook) for m in layers]
-    with torch.no_grad():
-        model(obs[:1])
-    for h in handles:
-        h.remove()
-    fwd = sum(macs)
-    return fwd, fwd + fwd - macs[0]
+    with FlopCounterMode(display=False) as forward, torch.no_grad():
+        encoder(obs[:1])
+    with FlopCounterMode(display=False) as both:
+        encoder(obs[:1]).sum().backward()
+    encoder.zero_grad(set_to_none=True)
+    fwd = float(forward.get_total_flops())
+    return fwd, float(both.get_total_flops()) - fwd
 
 
 def ceiling(args: argparse.Namespace) -> None:
@@ -148,10 +145,10 @@ def ceiling(args: argparse.Namespace) -> None:
         for k, v in time_pieces(args, algo, model, info, T, B, seed).items():
             rows[k].append(v)
     m = {k: statistics.median(v) for k, v in rows.items()}
-    fwd, bwd = network_flops(model, torch.zeros((1, *info.obs_shape), dtype=torch.uint8))
+    fwd, bwd = network_flops(model.encoder, torch.zeros((1, *info.obs_shape), dtype=torch.uint8))
     # per agent step: the act forward, then the loss forward and backward over its T rows,
     # and a forward of the bootstrap row (one per T steps)
-    flops = 2 * (fwd + fwd + bwd + fwd / T)
+    flops = fwd + fwd + bwd + fwd / T
     net = m["act"] + m["learn"]
 
     def fps(per_step: float) -> float:

@@ -607,3 +607,29 @@ def test_dead_units_tells_a_network_that_sees_every_frame_alike():
     assert dead[0] == alive[0]  # the layer before is untouched
     assert "layer 1 (Conv2d): dead 100.0%, mean activation 0.000" in dead[1]
     assert dead[2].endswith("std across frames 0.0000")
+
+
+def test_the_ceiling_counts_the_paper_nets_flops_as_worked_by_hand():
+    """benchmarks/atari.py ceiling: the network's FLOPs per agent step come from
+    network_flops, which must see the first conv too (the encoder calls it functionally, past
+    any module hook: a hook count once missed it and the pixel net's forward came out 2.2
+    MFLOP short). By hand, multiply-adds per frame (outputs x fan-in): conv 16 8x8/4 on 4x84x84
+    gives 16x20x20 outputs of 4x8x8 inputs each, conv 32 4x4/2 gives 32x9x9 of 16x4x4, fc 256
+    of 32x9x9 = 2,592. Backward: every weight gradient (a forward's worth each) and the input
+    gradients of all but the first layer (the pixels take none)."""
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from asyncrl.models import ConvEncoder
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import atari as atari_bench
+
+    conv1, conv2, fc = 16 * 20 * 20 * 4 * 8 * 8, 32 * 9 * 9 * 16 * 4 * 4, 256 * 2592
+    encoder = ConvEncoder("a3c", (4, 84, 84), channels_last=False)
+    fwd, bwd = atari_bench.network_flops(encoder, torch.zeros((1, 4, 84, 84), dtype=torch.uint8))
+    assert fwd == 2 * (conv1 + conv2 + fc)
+    assert bwd == 2 * (conv1 + 2 * conv2 + 2 * fc)
+    assert all(p.grad is None for p in encoder.parameters())  # it leaves no gradients behind
