@@ -612,11 +612,11 @@ def test_dead_units_tells_a_network_that_sees_every_frame_alike():
 def test_the_ceiling_counts_the_paper_nets_flops_as_worked_by_hand():
     """benchmarks/atari.py ceiling: the network's FLOPs per agent step come from
     network_flops, which must see the first conv too (the encoder calls it functionally, past
-    any module hook: a hook count once missed it and the pixel net's forward came out 2.2
-    MFLOP short). By hand, multiply-adds per frame (outputs x fan-in): conv 16 8x8/4 on 4x84x84
-    gives 16x20x20 outputs of 4x8x8 inputs each, conv 32 4x4/2 gives 32x9x9 of 16x4x4, fc 256
-    of 32x9x9 = 2,592. Backward: every weight gradient (a forward's worth each) and the input
-    gradients of all but the first layer (the pixels take none)."""
+    any module hook: a hook count once missed it and gave 9.4 MFLOP an agent step where the
+    network does 20.7). By hand, multiply-adds per frame (outputs x fan-in): conv 16 8x8/4
+    on 4x84x84 gives 16x20x20 outputs of 4x8x8 inputs each, conv 32 4x4/2 gives 32x9x9 of
+    16x4x4, fc 256 of 32x9x9 = 2,592. Backward: every weight gradient (a forward's worth each)
+    and the input gradients of all but the first layer (the pixels take none)."""
     import sys
     from pathlib import Path
 

@@ -23,7 +23,7 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     -350. The evaluations every 15k steps are given, as the V-trace CartPole test below gives
     them: by default each also waits until the last one's seconds are 2% of the time since
     (EVAL_SHARE), so a loaded machine makes them fewer. So given, seeds 0-5 (2026-11-29, an AMD
-    Zen 3, two runs at once): 20-22 evaluations a run (10 where one solved at 150k steps), the
+    Zen 3, two runs at once): 20-22 evaluations a run (10 where one solved and stopped early), the
     best -279 to -172, the kept model -250 to -171 over 20 new episodes; the test passed on
     each (ASYNCRL_TEST_SEED=S)."""
     summary = asyncrl.train(
