@@ -346,6 +346,10 @@ SUITES: dict[str, list[Task]] = {
         # the LSTM took off 2.0-2.5M frames after the feed-forward net; the same updates as
         # LSTM-2x4 tell whether the pieces or the smaller, more numerous updates cost it
         pong30("LSTM-2x4-seq32", "--core", "lstm", *_PPO_2X4, "--seq-len", "32"),
+        # LSTM-2x4 with the previous action and reward among the core's inputs (IMPALA's and
+        # R2D2's agents): at an odd no-op count a step's press shows only on its later frames,
+        # and on seed 0 the LSTM's odd games lagged the feed-forward net's by about 2 points
+        pong30("LSTM-2x4-prev", "--core", "lstm", *_PPO_2X4, "--prev-action-reward"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],

@@ -430,9 +430,9 @@ def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
     seen = []
 
     class Watching(A3C):
-        def act(self, model, obs, global_step, rng, first):
+        def act(self, model, obs, global_step, rng, first, context=None):
             seen.append(("act", model.obs_norm.stats.clone()))
-            return super().act(model, obs, global_step, rng, first)
+            return super().act(model, obs, global_step, rng, first, context)
 
         def loss(self, model, rollout, target_model=None):
             seen.append(("loss", model.obs_norm.stats.clone()))
@@ -455,8 +455,8 @@ def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
 
 def test_a_non_finite_action_is_the_policys_fault_not_the_envs(monkeypatch):
     class NaNPolicy(A3C):
-        def act(self, model, obs, global_step, rng, first):
-            a, logp = super().act(model, obs, global_step, rng, first)
+        def act(self, model, obs, global_step, rng, first, context=None):
+            a, logp = super().act(model, obs, global_step, rng, first, context)
             a[-1] = np.nan
             return a, logp
 

@@ -233,6 +233,11 @@ class Config:
     paper's recurrent agent) or a GRU; a recurrent core for A3C, APPO, n-step Q and one-step Q"""
     lstm_size: int | None = None
     """cells of the recurrent core, LSTM or GRU (default: 256 for images, 128 otherwise)"""
+    prev_action_reward: bool = False
+    """the core takes the previous step's action (one-hot for Discrete actions; for Box, as the
+    env took it) and learning reward (clipped on Atari) beside the observation's features, zeros
+    at an episode's first step: IMPALA's and R2D2's agents (RLlib's lstm_use_prev_action and
+    lstm_use_prev_reward); any core, any algorithm (paper: the observation alone)"""
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
     """encoder: mlp for vectors; for images the A3C paper's conv net (a3c), the Nature DQN net
     (nature) or MinAtar's small one (minatar); auto picks from the observation space"""

@@ -95,6 +95,9 @@ class EnvInfo:
     max_episode_steps: int | None = None
     #: emulator frames per agent step (4 for Atari with action repeat 4)
     frames_per_step: int = 1
+    #: the training env's learning reward is its reward clipped to +-this (Atari's: 1), where
+    #: evaluation's envs give the raw score; 0: the reward itself
+    reward_clip: float = 0.0
     #: the preset the env calls for where the user names none (:func:`preset_for`)
     preset: str = "cartpole"
     #: the ``gymnasium.make`` arguments the env was probed with (--env-kwargs)
@@ -307,6 +310,7 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
         reward_threshold=spec.reward_threshold,
         max_episode_steps=spec.max_episode_steps,
         frames_per_step=4 if is_atari(spec) else 1,  # the DeepMind action repeat
+        reward_clip=1.0 if is_atari(spec) else 0.0,  # (asyncrl.atari.AtariVecEnv.step)
         preset=preset_for(spec, action) or "cartpole",
         env_kwargs=tuple(sorted((kwargs or {}).items())),
     )

@@ -65,12 +65,32 @@ class ModelSpec:
     #: the core between encoder and heads (:data:`CORES`), and its width if it has one
     core: CoreName = "none"
     core_size: int = 128
+    #: the core also takes the previous action and learning reward (:func:`write_context`):
+    #: the env's reward clipped to +-reward_clip (0: not clipped) and times reward_scale, so
+    #: that evaluation, on raw scores, gives the core what training gave it
+    prev_action_reward: bool = False
+    reward_clip: float = 0.0
+    reward_scale: float = 1.0
     #: the conv encoder's arithmetic (float32, or bfloat16 under CPU autocast; its output and
     #: everything after it stay float32)
     precision: Literal["float32", "bfloat16"] = "float32"
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def learning_reward(self, reward: np.ndarray) -> np.ndarray:
+        """The learning reward of an env's raw ``reward`` (``(B,)``): what the core's context
+        takes."""
+        r = np.asarray(reward, np.float32)
+        if self.reward_clip:
+            r = np.clip(r, -self.reward_clip, self.reward_clip)
+        return r * np.float32(self.reward_scale)
+
+    @property
+    def context_dim(self) -> int:
+        """Inputs the core takes beside the encoder's features: the previous action's encoding
+        and reward (0: none)."""
+        return self.action.dim + 1 if self.prev_action_reward else 0
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelSpec:
@@ -91,6 +111,22 @@ class ModelSpec:
                 "action": action,
             }
         )
+
+
+def write_context(
+    action: ActionSpace, acted: np.ndarray, reward: np.ndarray, out: np.ndarray
+) -> None:
+    """The core's context for the step after ``acted`` ``(B, ...)`` (as the env took it) and
+    ``reward`` ``(B,)``, written into ``out`` ``(B, action.dim + 1)``: the action one-hot for
+    Discrete actions (a number would order them), itself for Box ones, then the reward. An
+    episode's first step gets zeros instead (the caller's: it knows which steps are first)."""
+    k = action.dim
+    if action.kind == "discrete":
+        out[:, :k] = 0.0
+        out[np.arange(len(acted)), acted] = 1.0
+    else:
+        out[:, :k] = acted.reshape(len(acted), k)
+    out[:, k] = reward
 
 
 def _linear(a: int, b: int, gain: float) -> nn.Linear:
@@ -566,6 +602,8 @@ class Network(nn.Module):
 
     encoder: MLPEncoder | ConvEncoder
     core: Core
+    #: inputs the core takes beside the encoder's features (:attr:`ModelSpec.context_dim`)
+    context_dim: int = 0
     # The behaviour policy runs once per env step, where each nn.Module attribute lookup
     # costs about a microsecond: plain references to what it touches (the same objects:
     # flatten_parameters and load_state_dict change their data in place).
@@ -587,11 +625,33 @@ class Network(nn.Module):
         """The core's state for ``batch`` envs at the start of their episodes (may be empty)."""
         return self.core.initial_state(batch)
 
+    def _build_core(self, spec: ModelSpec, features: int) -> None:
+        self.context_dim = spec.context_dim
+        self.core = build_core(spec, features + spec.context_dim)
+
+    def _with_context(self, x: torch.Tensor, context: torch.Tensor | None) -> torch.Tensor:
+        """Features ``(..., d)`` with the context ``(..., context_dim)`` appended where the
+        core takes one (the previous action and reward); unchanged otherwise."""
+        if not self.context_dim:
+            return x
+        if context is None:
+            raise ValueError(
+                "this network's core takes the previous action and reward "
+                "(ModelSpec.prev_action_reward): pass their context"
+            )
+        return torch.cat([x, context], dim=-1)
+
     def _features(
-        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor, bootstrap: bool = True
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        first: torch.Tensor,
+        bootstrap: bool = True,
+        context: torch.Tensor | None = None,
     ):
         """The core's outputs ``(T+1, B, d)`` over a rollout, from its start state."""
-        return self.core.unroll(encode_rollout(self._encode, obs, bootstrap), state, first)[0]
+        x = self._with_context(encode_rollout(self._encode, obs, bootstrap), context)
+        return self.core.unroll(x, state, first)[0]
 
 
 def _rename_legacy_keys(
@@ -627,7 +687,7 @@ class ActorCritic(Network):
         shared = spec.shared_trunk or spec.core != "none"
         self.v_body = self.pi_body if shared else build_encoder(spec, norm)
         self.shared_trunk = shared
-        self.core = build_core(spec, self.pi_body.out_dim)
+        self._build_core(spec, self.pi_body.out_dim)
         d = self.core.out_dim
         self.pi_head = _linear(d, spec.action.dim, 0.01)
         self.v_head = _linear(d, 1, 1.0)
@@ -650,32 +710,53 @@ class ActorCritic(Network):
         return self.pi_body
 
     def act(
-        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        first: torch.Tensor,
+        context: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of B envs: distribution parameters ``(B, ...)`` and the core's new state.
-        (The critic is not run: A3C acts without a value; :meth:`act_value` runs it.)"""
-        h, state = self._core_step(self._encode(obs), state, first)
+        (The critic is not run: A3C acts without a value; :meth:`act_value` runs it.)
+        ``context`` ``(B, context_dim)``: the previous action and reward, where the core takes
+        them (:func:`write_context`)."""
+        h, state = self._core_step(self._with_context(self._encode(obs), context), state, first)
         return self._policy(h), state
 
     def act_value(
-        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        first: torch.Tensor,
+        context: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`act` with the critic run too: distribution parameters, values ``(B,)`` and
         the core's new state. For a learner that takes its targets from the values of the
         policy that acted (APPO's, as PPO's): on a shared trunk the value costs one dot product
         an env."""
-        h, state = self._core_step(self._encode(obs), state, first)
-        return self._policy(h), self._value(h if self.shared_trunk else self.v_body(obs)), state
+        h, state = self._core_step(self._with_context(self._encode(obs), context), state, first)
+        hv = h if self.shared_trunk else self._with_context(self.v_body(obs), context)
+        return self._policy(h), self._value(hv), state
 
     def unroll(
-        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor, bootstrap: bool = True
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        first: torch.Tensor,
+        bootstrap: bool = True,
+        context: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A rollout's observations ``(T+1, B, ...)`` from the core's state at its start:
         distribution parameters ``(T+1, B, ...)`` and values ``(T+1, B)``; the last row is a
         target, computed without gradient through the encoder (:func:`encode_rollout`), unless
-        ``bootstrap=False`` (a batch of transitions, every row learnt from)."""
-        h = self._features(obs, state, first, bootstrap)
-        hv = h if self.shared_trunk else encode_rollout(self.v_body.forward, obs, bootstrap)
+        ``bootstrap=False`` (a batch of transitions, every row learnt from). ``context``
+        ``(T+1, B, context_dim)``: each row's previous action and reward, where the core takes
+        them."""
+        h = self._features(obs, state, first, bootstrap, context)
+        if self.shared_trunk:
+            hv = h
+        else:
+            hv = self._with_context(encode_rollout(self.v_body.forward, obs, bootstrap), context)
         return self._policy(h), self._value(hv)
 
     def _value(self, hv: torch.Tensor) -> torch.Tensor:
@@ -701,7 +782,7 @@ class QNetwork(Network):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.body = build_encoder(spec, build_normalizer(spec))
-        self.core = build_core(spec, self.body.out_dim)
+        self._build_core(spec, self.body.out_dim)
         self.head = _linear(self.core.out_dim, spec.action.n, 1.0)
         self._bind_hot_path()
 
@@ -710,16 +791,27 @@ class QNetwork(Network):
         return self.body
 
     def act(
-        self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        first: torch.Tensor,
+        context: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Q values ``(B, A)`` for one step of B envs, and the core's new state."""
-        h, state = self._core_step(self._encode(obs), state, first)
+        h, state = self._core_step(self._with_context(self._encode(obs), context), state, first)
         return F.linear(h, self.head.weight, self.head.bias), state
 
-    def unroll(self, obs: torch.Tensor, state: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    def unroll(
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        first: torch.Tensor,
+        context: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Q values ``(T+1, B, A)`` of a rollout recomputed from the core's start state (the
         last row without gradient through the encoder)."""
-        return F.linear(self._features(obs, state, first), self.head.weight, self.head.bias)
+        h = self._features(obs, state, first, context=context)
+        return F.linear(h, self.head.weight, self.head.bias)
 
 
 def build_model(spec: ModelSpec) -> ActorCritic | QNetwork:

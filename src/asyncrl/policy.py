@@ -21,6 +21,7 @@ from asyncrl.models import (
     QNetwork,
     build_model,
     cpu_has_bfloat16_units,
+    write_context,
 )
 from asyncrl.rundir import RunDir
 
@@ -31,7 +32,9 @@ class Policy:
     It acts through the algorithm's :meth:`~asyncrl.algos.base.Algorithm.eval_step`, the network
     call training acts through, and keeps the core's state of each env it is given (empty for
     a feed-forward net): call :meth:`reset` when every env starts an episode, or pass
-    ``first`` to :meth:`act` for the envs of a batch that start one."""
+    ``first`` to :meth:`act` for the envs of a batch that start one. A core that takes the
+    previous action and reward (``--prev-action-reward``) gets the policy's own last actions
+    and the ``reward`` passed to :meth:`act`."""
 
     def __init__(
         self,
@@ -48,12 +51,15 @@ class Policy:
         self.env_kwargs = env_kwargs or {}
         self._eval_step = REGISTRY[algo].eval_step
         self.state: torch.Tensor | None = None  # the core's state per evaluated env
+        # --prev-action-reward: the actions of the last call, as the envs took them
+        self.last_action: np.ndarray | None = None
         self.source: Path | None = None  # the file it was loaded from (asyncrl.load)
         self.evaluation: dict[str, Any] | None = None  # the best evaluation, for best_model.pt
 
     def reset(self) -> None:
         """Forget the core's state: call it when an episode starts (``evaluate`` does)."""
         self.state = None
+        self.last_action = None
 
     @torch.no_grad()
     def act(
@@ -62,11 +68,17 @@ class Policy:
         deterministic: bool = True,
         rng: np.random.Generator | None = None,
         first: np.ndarray | None = None,
+        reward: np.ndarray | float | None = None,
     ) -> np.ndarray | int:
         """Action(s) for one observation (shape ``obs_shape``) or a batch (``(N, *obs_shape)``),
         one env per row; the core's state starts from zero after :meth:`reset` (or when the
         batch size changes), and for the rows where ``first`` (``(N,)`` booleans) says an
         episode starts with this observation, as training marks them.
+
+        ``reward``: the raw reward each env's last step gave (one number for a single
+        observation). A policy whose core takes the previous action and reward
+        (``--prev-action-reward``) needs it on every call but the first after a reset (or a
+        change of batch size), and clips and scales it as training did; others ignore it.
 
         ``deterministic=False`` samples from the policy with ``rng`` (default: a fresh,
         unseeded generator); the Q methods have no stochastic policy of their own and refuse.
@@ -86,7 +98,7 @@ class Policy:
         n = x.shape[0]
         state = self.state
         if state is None or state.shape[0] != n:
-            state = self.model.initial_state(n)
+            state, self.last_action = self.model.initial_state(n), None
         rng = rng if rng is not None else np.random.default_rng()
         starts = torch.zeros(n, dtype=torch.bool)  # a fresh state is already zero
         if first is not None:
@@ -97,11 +109,35 @@ class Policy:
                     f"({n},)"
                 )
             starts = torch.from_numpy(flags)
-        a, self.state = self._eval_step(self.model, x, state, starts, deterministic, rng)
+        context = self._context(n, reward, starts)
+        a, self.state = self._eval_step(self.model, x, state, starts, deterministic, rng, context)
         a = self.spec.action.to_env(a)  # as the workers step their envs: clipped, or squashed
+        if context is not None:
+            self.last_action = a
         if single:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
         return a
+
+    def _context(
+        self, n: int, reward: np.ndarray | float | None, starts: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The core's context for this call (None where the core takes none): zeros for a
+        fresh state and at the rows that start an episode, else the last actions and the
+        learning rewards of ``reward``."""
+        k = self.spec.context_dim
+        if not k:
+            return None
+        out = np.zeros((n, k), np.float32)
+        if self.last_action is not None:
+            if reward is None:
+                raise UserError(
+                    "Policy.act: this policy's core takes the previous action and reward "
+                    "(--prev-action-reward); pass reward=, what each env's last step gave"
+                )
+            learnt = self.spec.learning_reward(np.broadcast_to(np.asarray(reward), (n,)))
+            write_context(self.spec.action, self.last_action, learnt, out)
+            out[starts.numpy()] = 0.0
+        return torch.from_numpy(out)
 
     def act_rows(
         self,
@@ -109,16 +145,26 @@ class Policy:
         rows: np.ndarray,
         deterministic: bool = True,
         rng: np.random.Generator | None = None,
+        reward: np.ndarray | None = None,
     ) -> Any:
         """:meth:`act` for the rows ``rows`` (indices) of the batch ``obs`` alone (the envs
-        still in their episode), each from its own core state; the other rows' states stay as
-        they were."""
+        still in their episode), each from its own core state (and ``reward``'s rows, where
+        given); the other rows' states stay as they were."""
         state = self.state if self.state is not None else self.model.initial_state(len(obs))
+        last = self.last_action
         idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
         self.state = state[idx]
-        actions = self.act(obs[rows], deterministic, rng)
+        self.last_action = None if last is None else last[rows]
+        actions = self.act(
+            obs[rows], deterministic, rng, reward=None if reward is None else reward[rows]
+        )
         assert self.state is not None  # act leaves the rows' new states
         self.state = state.index_copy(0, idx, self.state)
+        if self.last_action is not None:
+            if last is None:  # the rows' first actions: the others' stay unknown (zeros)
+                last = np.zeros((len(obs), *self.last_action.shape[1:]), self.last_action.dtype)
+            last[rows] = self.last_action
+            self.last_action = last
         return actions
 
 
@@ -155,21 +201,22 @@ def play_episodes(
         obs = np.array(obs)  # its rows are overwritten below; the vector env's buffer is not ours
         policy.reset()  # each episode starts from a zero core state
         totals = np.zeros(n)
+        rewards = np.zeros(n)  # each env's last (for a core that takes it)
         live = np.arange(n) < len(wave)
         while live.any():
             if stop is not None and stop.is_set():
                 raise Stopped
             if separate:
                 rows = np.flatnonzero(live)
-                actions = policy.act_rows(obs, rows, deterministic, rng)
+                actions = policy.act_rows(obs, rows, deterministic, rng, rewards)
                 for i, a in zip(rows, actions, strict=True):
-                    obs[i], reward, term, trunc, _ = envs.envs[i].step(a)
-                    totals[i] += float(reward)
+                    obs[i], rewards[i], term, trunc, _ = envs.envs[i].step(a)
+                    totals[i] += float(rewards[i])
                     live[i] = not (term or trunc)
             else:
-                actions = policy.act(obs, deterministic, rng)
-                obs, reward, term, trunc, _ = envs.step(actions)
-                totals += np.where(live, reward, 0.0)
+                actions = policy.act(obs, deterministic, rng, reward=rewards)
+                obs, rewards, term, trunc, _ = envs.step(actions)
+                totals += np.where(live, rewards, 0.0)
                 live &= ~(term | trunc)
         returns.extend(totals[: len(wave)].tolist())
     return returns
@@ -288,11 +335,13 @@ def evaluate(
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
             policy.reset()  # a recurrent policy starts each episode from a zero state
-            total, done = 0.0, False
+            total, done, last = 0.0, False, 0.0
             while not done:
                 writer.append_data(_frame(env.render()))
-                obs, r, term, trunc, _ = env.step(policy.act(obs, deterministic, rng))
-                total += float(r)
+                action = policy.act(obs, deterministic, rng, reward=last)
+                obs, r, term, trunc, _ = env.step(action)
+                last = float(r)
+                total += last
                 done = term or trunc
             returns.append(total)
     finally:

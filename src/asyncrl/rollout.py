@@ -36,6 +36,9 @@ class Rollout:
     values: np.ndarray  # (T+1, B) float32: V(s_t) from the critic that acted, the last row
     #                     V(obs[T]) (APPO's targets, as PPO's); left at 0 by the paper's methods,
     #                     whose losses recompute them in their own pass over the rollout
+    context: np.ndarray  # (T+1, B, k) float32: what the core takes beside obs[t], the previous
+    #                      action and reward (zeros at a first step; k = 0 without
+    #                      --prev-action-reward): asyncrl.models.write_context
     version: int = -1  # of the parameters that acted (the store's; Hogwild's are all 0)
 
     @classmethod
@@ -46,6 +49,7 @@ class Rollout:
         obs_shape: tuple[int, ...],
         obs_dtype: str | type = np.float32,
         action: ActionSpace | None = None,
+        context_dim: int = 0,
     ) -> Rollout:
         T, B = t_max, num_envs
         action = action or ActionSpace("discrete", n=2)
@@ -59,11 +63,12 @@ class Rollout:
             first=np.zeros((T + 1, B), bool),
             logp=np.zeros((T, B), np.float32),
             values=np.zeros((T + 1, B), np.float32),
+            context=np.zeros((T + 1, B, context_dim), np.float32),
         )
 
     @classmethod
-    def for_env(cls, t_max: int, num_envs: int, info: EnvInfo) -> Rollout:
-        return cls.empty(t_max, num_envs, info.obs_shape, info.obs_dtype, info.action)
+    def for_env(cls, t_max: int, num_envs: int, info: EnvInfo, context_dim: int = 0) -> Rollout:
+        return cls.empty(t_max, num_envs, info.obs_shape, info.obs_dtype, info.action, context_dim)
 
     def prefix(self, n: int) -> Rollout:
         """The first ``n`` steps (views, no copy): a rollout cut short at an episode end."""
@@ -79,6 +84,7 @@ class Rollout:
             first=self.first[: n + 1],
             logp=self.logp[:n],
             values=self.values[: n + 1],
+            context=self.context[: n + 1],
             version=self.version,
         )
 

@@ -53,6 +53,7 @@ from asyncrl.models import (
     build_model,
     flat_grad,
     flatten_parameters,
+    write_context,
 )
 from asyncrl.optim import clip_grad_norm_
 from asyncrl.rollout import Rollout
@@ -213,8 +214,13 @@ class Worker:
         # as a NaN observation, or an error of the env's, and be blamed on the env)
         self.float_actions = spec.action.kind == "box"
         self.T = self.algo.rollout_length()
-        self.buf = Rollout.for_env(self.T, B, info)
+        # --prev-action-reward: the core's context for the next step, the last action and
+        # reward of each env (the rollout's rows zero it where an episode starts)
+        self.context_dim = spec.context_dim
+        self.context = np.zeros((B, self.context_dim), np.float32)
+        self.buf = Rollout.for_env(self.T, B, info, self.context_dim)
         self.obs_t = torch.from_numpy(self.buf.obs)  # views: buf.obs[t] writes show in obs_t[t]
+        self.context_t = list(torch.from_numpy(self.buf.context))  # (B, 0) rows without
         self.stats = RunningStats()
         if state is not None:  # resuming: the RNG and the algorithm state always come back
             self.rng.bit_generator.state = state["rng"]
@@ -248,6 +254,7 @@ class Worker:
             "obs": self.obs.copy(),
             "prev_done": self.prev_done.copy(),
             "first": self.first.copy(),
+            "context": self.context.copy(),
             "ep_return": self.ep_return.copy(),
             "ep_length": self.ep_length.copy(),
         }
@@ -257,6 +264,8 @@ class Worker:
         self.obs = state["obs"]
         self.prev_done = state["prev_done"]
         self.first = state["first"]
+        # (a checkpoint written before --prev-action-reward has none: no core took it)
+        self.context = state.get("context", self.context)
         self.ep_return = state["ep_return"]
         self.ep_length = state["ep_length"]
 
@@ -359,8 +368,10 @@ class Worker:
                 valid = ~self.prev_done
                 buf.valid[t] = valid
                 buf.first[t] = self.first
+                if self.context_dim:
+                    np.multiply(self.context, ~self.first[:, None], out=buf.context[t])
                 action, logp = algo.act(
-                    self.model, self.obs_t[t], global_step, self.rng, self.first
+                    self.model, self.obs_t[t], global_step, self.rng, self.first, self.context_t[t]
                 )
                 # after an autoreset step, the next observation is a new episode's first
                 self.first = ~valid
@@ -376,6 +387,8 @@ class Worker:
                 )
                 buf.terminated[t] = term
                 buf.ends[t] = done
+                if self.context_dim:
+                    write_context(self.action_space, to_env, buf.rewards[t], self.context)
                 score = info.get("score")
                 self.ep_return += (reward if score is None else score) * valid
                 self.ep_length += valid
@@ -400,6 +413,8 @@ class Worker:
                         break
             buf.obs[length] = self.obs
             buf.first[length] = self.first
+            if self.context_dim:
+                np.multiply(self.context, ~self.first[:, None], out=buf.context[length])
             algo.end_rollout(self.model, buf.prefix(length), global_step, self.rng)
         return finished, length
 

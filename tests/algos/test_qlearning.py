@@ -31,10 +31,10 @@ class Table(nn.Module):
     def initial_state(self, batch):
         return torch.zeros(batch, 0)
 
-    def act(self, obs, state, first):
+    def act(self, obs, state, first, context=None):
         return self.q[obs[..., 0].long()], state
 
-    def unroll(self, obs, state, first):
+    def unroll(self, obs, state, first, context=None):
         return self.q[obs[..., 0].long()]
 
 

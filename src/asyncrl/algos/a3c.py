@@ -66,12 +66,12 @@ class A3C(Algorithm):
     def fresh_parameters(self) -> bool:  # type: ignore[override]
         return self.cfg.vtrace
 
-    def act(self, model, obs, global_step, rng, first):
-        return model.distribution(self.network_step(model, obs, first)).sample_logp(rng)
+    def act(self, model, obs, global_step, rng, first, context=None):
+        return model.distribution(self.network_step(model, obs, first, context)).sample_logp(rng)
 
     @classmethod
-    def eval_step(cls, model, obs, state, first, deterministic, rng):
-        params, state = model.act(obs, state, first)
+    def eval_step(cls, model, obs, state, first, deterministic, rng, context=None):
+        params, state = model.act(obs, state, first, context)
         dist = model.distribution(params)
         return (dist.mode().numpy() if deterministic else dist.sample(rng)), state
 

@@ -72,15 +72,15 @@ class APPO(A3C):
         super().begin_rollout(model, global_step)
         self.acted_values, self.acted_states = [], []
 
-    def act(self, model, obs, global_step, rng, first):
+    def act(self, model, obs, global_step, rng, first, context=None):
         # the critic too: the targets take the values of the policy that acted (PPO's), which
         # spares the learner a pass over the rollout (on Pong, 6% of a worker's time)
         if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
-            return super().act(model, obs, global_step, rng, first)
+            return super().act(model, obs, global_step, rng, first, context)
         state = self.carried_state(model, obs)
         if self.record_states:  # a reference: a recurrent core makes a new state each step
             self.acted_states.append(state)
-        params, value, self.state = model.act_value(obs, state, torch.from_numpy(first))
+        params, value, self.state = model.act_value(obs, state, torch.from_numpy(first), context)
         self.acted_values.append(value)
         return model.distribution(params).sample_logp(rng)
 
@@ -91,8 +91,9 @@ class APPO(A3C):
             return
         # V(obs[T]) for the bootstrap, from the core's state after the last step (left as it
         # is: the next rollout's first step acts on the same observation with it)
-        last = torch.from_numpy(rollout.obs[-1])
-        _, value, _ = model.act_value(last, self.state, torch.from_numpy(rollout.first[-1]))
+        last, first = torch.from_numpy(rollout.obs[-1]), torch.from_numpy(rollout.first[-1])
+        context = torch.from_numpy(rollout.context[-1])
+        _, value, _ = model.act_value(last, self.state, first, context)
         rollout.values[:] = torch.stack([*self.acted_values, value]).numpy()
 
     def updates(
@@ -225,13 +226,14 @@ class APPO(A3C):
         else:  # a view with NHWC strides of the NCHW shape: the encoder copies nothing
             obs = torch.from_numpy(learn_obs[times, envs]).movedim(-1, -3)
         first = torch.from_numpy(rollout.first[times, envs])
+        context = torch.from_numpy(rollout.context[times, envs])
         if self.seq_states is not None:  # (recorded only for a recurrent core)
             # the state as it acted, not as these parameters would give it: R2D2's "stored
             # state" (no burn-in), Sample Factory's; the gradient stops at the sequence start
             start = self.seq_states[times[0], envs[0]]
         else:
             start = model.initial_state(envs.shape[1])
-        return model.unroll(obs, start, first, bootstrap=False)
+        return model.unroll(obs, start, first, bootstrap=False, context=context)
 
     def loss(self, model, rollout: Rollout, target_model=None):
         """One pass of one minibatch holding the whole rollout (for callers that want one

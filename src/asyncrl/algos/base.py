@@ -89,10 +89,17 @@ class Algorithm(ABC):
         """Called before the first step of a rollout: the core's state is stored here."""
         self.start_state = self.state  # None until the first step: zeros then
 
-    def network_step(self, model: Any, obs: torch.Tensor, first: np.ndarray) -> torch.Tensor:
+    def network_step(
+        self,
+        model: Any,
+        obs: torch.Tensor,
+        first: np.ndarray,
+        context: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The network's output for this step (distribution parameters, or Q values), carrying
         this worker's core state."""
-        out, self.state = model.act(obs, self.carried_state(model, obs), torch.from_numpy(first))
+        state = self.carried_state(model, obs)
+        out, self.state = model.act(obs, state, torch.from_numpy(first), context)
         return out
 
     def carried_state(self, model: Any, obs: torch.Tensor) -> torch.Tensor:
@@ -109,9 +116,11 @@ class Algorithm(ABC):
         if start is None:  # no step acted yet: the zero state
             start = model.initial_state(rollout.num_envs)
         obs, first = torch.from_numpy(rollout.obs), torch.from_numpy(rollout.first)
+        context = torch.from_numpy(rollout.context)
         if envs is not None:
             obs, first, start = obs[:, envs], first[:, envs], start[envs]
-        return model.unroll(obs, start, first)
+            context = context[:, envs]
+        return model.unroll(obs, start, first, context=context)
 
     def end_rollout(  # noqa: B027
         self, model: nn.Module, rollout: Rollout, global_step: int, rng: np.random.Generator
@@ -128,10 +137,12 @@ class Algorithm(ABC):
         global_step: int,
         rng: np.random.Generator,
         first: np.ndarray,
+        context: torch.Tensor | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Behaviour actions for a batch of observations ``(B, *obs_shape)`` and their
         log-probabilities under the behaviour policy; under no_grad. ``first[i]``: ``obs[i]``
-        starts an episode (a recurrent state restarts from zero)."""
+        starts an episode (a recurrent state restarts from zero). ``context``: the previous
+        action and reward ``(B, k)``, for a core that takes them (``Rollout.context``)."""
 
     @abstractmethod
     def loss(
@@ -159,6 +170,7 @@ class Algorithm(ABC):
         first: torch.Tensor,
         deterministic: bool,
         rng: np.random.Generator,
+        context: torch.Tensor | None = None,
     ) -> tuple[np.ndarray, torch.Tensor]:
         """The evaluation policy's actions for a batch (the mode, or argmax Q; a sample with
         ``deterministic=False`` where the algorithm has a stochastic policy) and the core's new
@@ -200,6 +212,9 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
         # (the Gaussian's options where given; ModelSpec holds their defaults)
         **{n: v for n in BOX_ONLY if (v := getattr(cfg, n)) is not None},
         core=cfg.core,
+        prev_action_reward=cfg.prev_action_reward,
+        reward_clip=info.reward_clip if cfg.prev_action_reward else 0.0,
+        reward_scale=cfg.reward_scale if cfg.prev_action_reward else 1.0,
         core_size=cfg.lstm_size or (256 if image else 128),
         obs_shape=shape,
         obs_dtype=info.obs_dtype,

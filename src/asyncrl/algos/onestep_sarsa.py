@@ -49,15 +49,15 @@ class OneStepSarsa(ValueBased):
     def horizon(self) -> int:
         return 1
 
-    def act(self, model, obs, global_step, rng, first):
+    def act(self, model, obs, global_step, rng, first, context=None):
         if self.pending is not None:
             acted, self.pending = self.pending, None
             return acted
-        return super().act(model, obs, global_step, rng, first)
+        return super().act(model, obs, global_step, rng, first, context)
 
     def end_rollout(self, model, rollout, global_step, rng):
-        obs = torch.from_numpy(rollout.obs[-1])
-        self.pending = super().act(model, obs, global_step, rng, rollout.first[-1])
+        obs, context = torch.from_numpy(rollout.obs[-1]), torch.from_numpy(rollout.context[-1])
+        self.pending = super().act(model, obs, global_step, rng, rollout.first[-1], context)
 
     def bootstrap(self, target_q, rollout):
         assert self.pending is not None

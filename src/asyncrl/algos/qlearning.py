@@ -52,8 +52,8 @@ class ValueBased(Algorithm):
         frac = min(1.0, global_step / cfg.eps_anneal_steps)
         return cfg.eps_start + frac * (self.eps_final - cfg.eps_start)
 
-    def act(self, model, obs, global_step, rng, first):
-        greedy = self.network_step(model, obs, first).argmax(-1).numpy()
+    def act(self, model, obs, global_step, rng, first, context=None):
+        greedy = self.network_step(model, obs, first, context).argmax(-1).numpy()
         self.last_epsilon = eps = self.epsilon(global_step)
         n = self.info.n_actions
         explore = rng.random(greedy.shape[0]) < eps
@@ -65,13 +65,13 @@ class ValueBased(Algorithm):
         return actions, np.log(p).astype(np.float32)
 
     @classmethod
-    def eval_step(cls, model, obs, state, first, deterministic, rng):
+    def eval_step(cls, model, obs, state, first, deterministic, rng, context=None):
         if not deterministic:  # before the state moves on
             raise UserError(
                 f"{cls.name} learns Q values and acts greedily at evaluation; its exploration "
                 "epsilon is a training schedule, not a policy: evaluate it deterministically"
             )
-        q, state = model.act(obs, state, first)
+        q, state = model.act(obs, state, first, context)
         return q.argmax(-1).numpy(), state
 
     @abstractmethod
