@@ -183,3 +183,25 @@ class CartPoleNoVelocity(gym.ObservationWrapper):
 gym.register(
     "asyncrl-test/CartPoleNoVelocity-v1", entry_point=CartPoleNoVelocity, reward_threshold=475.0
 )
+
+
+class GuessEnv(gym.Env):
+    """One of two arms pays 1 for the whole episode, drawn at reset; the observation is always
+    0. Only the previous action and reward say which arm paid: a policy that sees them keeps
+    pulling the arm that paid (at least 19 of 20 steps), one that does not gets half (10)."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 1, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.arm = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.arm = int(self.np_random.integers(2))
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), float(action == self.arm), False, False, {}
+
+
+gym.register("asyncrl-test/Guess-v0", entry_point=GuessEnv, max_episode_steps=20)

@@ -356,6 +356,15 @@ def test_seq_len_out_of_place_is_refused(options, needle):
         Config(**{"algo": "appo", **options}).validate()
 
 
+@pytest.mark.parametrize("algo", ["a3c", "appo", "nstep-q", "onestep-sarsa"])
+def test_the_previous_action_and_reward_need_a_recurrent_core(algo):
+    # the feed-forward net's linear heads cannot combine them (tests/test_learning.py's Guess)
+    with pytest.raises(UserError, match=re.escape("--prev-action-reward: gives a recurrent core")):
+        Config(algo=algo, prev_action_reward=True).validate()
+    if algo != "onestep-sarsa":  # (which takes no core)
+        Config(algo=algo, core="gru", prev_action_reward=True).validate()
+
+
 def test_seq_len_lets_a_recurrent_core_take_more_minibatches_than_envs():
     cfg = Config(algo="appo", core="lstm", envs_per_worker=8, t_max=128, seq_len=32)
     assert dataclasses.replace(cfg, minibatches=32).validate().minibatches == 32

@@ -10,6 +10,7 @@ from asyncrl.models import (
     build_model,
     flat_grad,
     flatten_parameters,
+    write_context,
 )
 from tests.oracles import forward, mlp_spec
 
@@ -60,6 +61,73 @@ def test_acting_and_the_unroll_agree(shared):
     assert values[:-1].requires_grad and not torch.equal(values[0], values[-1])
     flipped = model.unroll(obs.flip(0), state, first)[1]
     torch.testing.assert_close(flipped[0], values[-1])  # the same value, with or without grad
+
+
+def test_the_context_is_the_previous_action_one_hot_or_as_taken_and_the_reward():
+    out = np.full((3, 4), 9.0, np.float32)  # stale values are overwritten
+    write_context(ActionSpace("discrete", 3), np.array([2, 0, 1]), np.array([1, -1, 0.5]), out)
+    np.testing.assert_array_equal(
+        out,
+        [[0, 0, 1, 1], [1, 0, 0, -1], [0, 1, 0, 0.5]],  # one-hot, then the reward
+    )
+    box = ActionSpace("box", shape=(2,), low=(-1.0, -1.0), high=(1.0, 1.0))
+    out = np.zeros((2, 3), np.float32)
+    write_context(box, np.array([[0.5, -1.0], [0.25, 1.0]]), np.array([-2.0, 3.0]), out)
+    np.testing.assert_array_equal(out, [[0.5, -1, -2], [0.25, 1, 3]])
+
+
+def test_the_context_reward_is_the_learning_reward_and_sizes_the_core():
+    # Atari's learning reward is clipped to +-1; --reward-scale multiplies it: evaluation, on
+    # raw scores, must give the core what training gave it
+    spec = mlp_spec(
+        "actor-critic", 4, 6, prev_action_reward=True, reward_clip=1.0, reward_scale=0.5
+    )
+    np.testing.assert_array_equal(
+        spec.learning_reward(np.array([4.0, -7.0, 0.5])), [0.5, -0.5, 0.25]
+    )
+    assert spec.context_dim == 7  # 6 actions one-hot and the reward
+    assert mlp_spec("actor-critic", 4, 6).context_dim == 0
+    for core in ("none", "lstm"):
+        for kind, cls in (("actor-critic", ActorCritic), ("q", QNetwork)):
+            model = cls(mlp_spec(kind, 4, 6, hidden=(8,), core=core, prev_action_reward=True))
+            first = model.core.cell.input_size if core == "lstm" else model.core.out_dim
+            assert first == 8 + 7
+
+
+@pytest.mark.parametrize(
+    ("kind", "core", "shared"),
+    [("actor-critic", "none", True), ("actor-critic", "none", False),
+     ("actor-critic", "lstm", True), ("q", "none", True), ("q", "gru", True)],
+)  # fmt: skip
+def test_the_context_reaches_every_head_and_the_unroll_steps_as_acting_does(kind, core, shared):
+    torch.manual_seed(0)
+    spec = mlp_spec(
+        kind, 4, 3, hidden=(8,), core=core, core_size=8, shared_trunk=shared,
+        prev_action_reward=True,
+    )  # fmt: skip
+    model = build_model(spec)
+    T1, B = 5, 2
+    obs, context = torch.randn(T1, B, 4), torch.randn(T1, B, spec.context_dim)
+    first = torch.zeros(T1, B, dtype=torch.bool)
+    first[0] = True
+    start = model.initial_state(B)
+    with torch.no_grad():
+        out = model.unroll(obs, start, first, context=context)
+        other = model.unroll(obs, start, first, context=torch.zeros_like(context))
+        outs = out if isinstance(out, tuple) else (out,)
+        state = start
+        for t in range(T1):  # acting, step by step, gives the unroll's rows
+            step, state = model.act(obs[t], state, first[t], context[t])
+            torch.testing.assert_close(step, outs[0][t])
+        if kind == "actor-critic":  # the critic too, on a shared trunk or its own
+            state = start
+            for t in range(T1):
+                _, value, state = model.act_value(obs[t], state, first[t], context[t])
+                torch.testing.assert_close(value, outs[1][t])
+    for a, b in zip(outs, other if isinstance(other, tuple) else (other,), strict=True):
+        assert not torch.allclose(a, b)  # the policy or Q values, and the values, see it
+    with pytest.raises(ValueError, match="previous action and reward"):
+        model.act(obs[0], start, first[0])
 
 
 def test_q_network_and_build():

@@ -47,10 +47,10 @@ class Recording(A3C):
         return super().loss(model, rollout, target_model)
 
 
-def run(env_id, steps, t_max, monkeypatch):
+def run(env_id, steps, t_max, monkeypatch, **kw):
     monkeypatch.setitem(algos.REGISTRY, "a3c", Recording)
     Recording.seen = []
-    cfg = Config(env=env_id, steps=steps, t_max=t_max, envs_per_worker=1, hidden=(4,))
+    cfg = Config(env=env_id, steps=steps, t_max=t_max, envs_per_worker=1, hidden=(4,), **kw)
     info = probe_env(env_id)
     model = build_model(Recording(cfg, info).model_spec())
     params = flatten_parameters(model)
@@ -74,6 +74,31 @@ def test_truncated_episode_bootstraps_from_its_final_observation(monkeypatch):
     assert isinstance(msgs[-1], Done) and (msgs[-1].worker, msgs[-1].incarnation) == (0, 0)
     assert shared.state.steps() == 6  # valid steps only
     assert shared.state.episodes() == 2
+
+
+def test_the_context_rows_hold_the_previous_action_and_learning_reward(monkeypatch):
+    """--prev-action-reward: each observation's row of the context is the step before it, its
+    action one-hot and its learning reward (scaled), zeros where an episode starts; a rollout's
+    first row carries on from the last one's bootstrap row."""
+    run(
+        "asyncrl-test/Counter-v0", steps=6, t_max=2, monkeypatch=monkeypatch,
+        core="lstm", prev_action_reward=True, reward_scale=0.5,
+    )  # fmt: skip
+    rows = [(ro["obs"][:, 0, 0], ro["actions"][:, 0], ro["context"][:, 0]) for ro in Recording.seen]
+    assert len(rows) >= 3
+    (obs0, a0, c0), (obs1, a1, c1), (obs2, _, c2) = rows[:3]
+    # the episodes of 3 steps: 0 -> 1 -> 2 | 2 -> 3 (truncated), the reset step -> 0 | 0 -> 1 -> 2
+    np.testing.assert_array_equal([*obs0, *obs1, *obs2], [0, 1, 2, 2, 3, 0, 0, 1, 2])
+
+    def after(action):
+        return [float(action == 0), float(action == 1), 0.5]
+
+    np.testing.assert_array_equal(c0, [[0, 0, 0], after(a0[0]), after(a0[1])])
+    np.testing.assert_array_equal(c1, [after(a0[1]), after(a1[0]), [0, 0, 0]])
+    np.testing.assert_array_equal(c2[0], [0, 0, 0])  # the new episode's first observation
+    assert Recording.seen[0]["context"].dtype == np.float32
+    without = run("asyncrl-test/Counter-v0", steps=2, t_max=2, monkeypatch=monkeypatch)
+    assert without is not None and Recording.seen[0]["context"].shape == (3, 1, 0)
 
 
 def test_terminated_episode_is_flagged(monkeypatch):
@@ -300,6 +325,36 @@ def test_a_resume_without_the_envs_keeps_the_rest_of_the_worker_and_plays_new_ga
     assert a.first.all() and not a.prev_done.any()
     if algo == "onestep-sarsa":  # its pending a' was drawn at the old game's state
         assert with_envs.algo.pending is not None and a.algo.pending is None
+
+
+def test_a_checkpoint_keeps_the_context_the_next_step_takes():
+    """--prev-action-reward: a worker resumed with its envs gives its next step the last action
+    and reward it had; one whose envs restart gives zeros (every observation is a first)."""
+    from asyncrl.backends.local import SharedMemoryStore
+    from asyncrl.worker import Worker
+
+    cfg = Config(
+        steps=10**6, t_max=3, envs_per_worker=2, hidden=(4,), core="lstm", lstm_size=4,
+        prev_action_reward=True,
+    ).validate()  # fmt: skip
+    info = probe_env(cfg.env)
+    params = flatten_parameters(build_model(algos.make_algorithm(cfg, info).model_spec()))
+    shared = make_shared(params)
+
+    def worker(state):
+        return Worker(0, 0, cfg, info, SharedMemoryStore(cfg, shared, Outbox(), 0, 0), state)
+
+    opening = worker(None)
+    opening.collect(0)
+    state = opening.state()
+    assert state["context"].shape == (2, 3) and state["context"][:, 2].tolist() == [1.0, 1.0]
+    resumed = worker(state)
+    resumed.collect(0)
+    np.testing.assert_array_equal(resumed.buf.context[0], opening.buf.context[-1])
+    state["envs"] = None  # as an env that cannot be pickled leaves it
+    restarted = worker(state)
+    restarted.collect(0)
+    assert not restarted.buf.context[0].any()
 
 
 def test_workers_report_their_learner_statistics():

@@ -234,10 +234,10 @@ class Config:
     lstm_size: int | None = None
     """cells of the recurrent core, LSTM or GRU (default: 256 for images, 128 otherwise)"""
     prev_action_reward: bool = False
-    """the core takes the previous step's action (one-hot for Discrete actions; for Box, as the
-    env took it) and learning reward (clipped on Atari) beside the observation's features, zeros
-    at an episode's first step: IMPALA's and R2D2's agents (RLlib's lstm_use_prev_action and
-    lstm_use_prev_reward); any core, any algorithm (paper: the observation alone)"""
+    """the recurrent core takes the previous step's action (one-hot for Discrete actions; for
+    Box, as the env took it) and learning reward (clipped on Atari) beside the observation's
+    features, zeros at an episode's first step: IMPALA's and R2D2's agents (RLlib's
+    lstm_use_prev_action and lstm_use_prev_reward; paper: the observation alone)"""
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
     """encoder: mlp for vectors; for images the A3C paper's conv net (a3c), the Nature DQN net
     (nature) or MinAtar's small one (minatar); auto picks from the observation space"""
@@ -845,6 +845,14 @@ ALGO_ONLY: dict[str, tuple[str, ...]] = {
 #: the options read only when another setting is on: when, and why they are refused otherwise
 #: (:meth:`Config.validate`; a resumed run's saved one goes back to its default: asyncrl.trainer)
 READ_WITH: dict[str, tuple[Callable[[Config], bool], str]] = {
+    # the feed-forward net's identity core would hand the context to its linear heads, which
+    # can only add a bias per action and per unit of reward, never "stay after a reward, switch
+    # after none" (an XOR of the two: tests/test_learning.py's Guess env)
+    "prev_action_reward": (
+        lambda c: c.core != "none",
+        "gives a recurrent core the previous action and reward (a feed-forward net's linear "
+        "heads could not combine them): add --core lstm or gru, or drop --prev-action-reward",
+    ),
     "seq_len": (
         lambda c: c.core != "none",
         "cuts a recurrent core's rollouts into sequences: add --core lstm or gru, or drop "

@@ -15,7 +15,9 @@
 Both networks expose the same two calls: :meth:`act` for one step of a batch of envs, and
 :meth:`unroll` for a rollout recomputed from the core's state at its start (the actor-critic
 adds :meth:`ActorCritic.act_value`, ``act`` with the critic run too). Nothing outside this file
-knows whether the core is recurrent.
+knows whether the core is recurrent. Each call takes an optional ``context``: the previous
+action and reward (``--prev-action-reward``, :func:`write_context`), which the core takes
+beside the encoder's features.
 
 Every model is rebuilt from a plain :class:`ModelSpec` (a dict on disk), so a worker process, a
 checkpoint and ``asyncrl.load`` all construct the same architecture without pickling modules.
