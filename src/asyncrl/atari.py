@@ -68,6 +68,8 @@ FRAMESKIP = 4
 STACK = 4
 SCREEN = 84
 NOOP_MAX = 30
+#: the learner's reward is the game's clipped to +-this (DeepMind's); info['score'] keeps it raw
+REWARD_CLIP = 1.0
 MAX_FRAMES = 108_000
 _INSTALL = "pip install -c constraints.txt -e '.[atari]'"
 # Gymnasium's legacy Atari ids (PongNoFrameskip-v4, Pong-v0): recognised without ale-py only to
@@ -301,7 +303,7 @@ class AtariVecEnv(gym.vector.VectorEnv):
         info = {**info, "score": raw.astype(np.float64), "game_over": game_over}
         info["lost_life"] = fewer_lives & ~game_over  # and the game goes on
         info["start_frames"] = self._start.copy()
-        reward = np.clip(raw, -1, 1).astype(np.float32)
+        reward = np.clip(raw, -REWARD_CLIP, REWARD_CLIP).astype(np.float32)
         return obs, reward, terminated, ale_truncated & ~terminated, info
 
     def close_extras(self, **kwargs: Any) -> None:

@@ -310,7 +310,7 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
         reward_threshold=spec.reward_threshold,
         max_episode_steps=spec.max_episode_steps,
         frames_per_step=4 if is_atari(spec) else 1,  # the DeepMind action repeat
-        reward_clip=1.0 if is_atari(spec) else 0.0,  # (asyncrl.atari.AtariVecEnv.step)
+        reward_clip=atari.REWARD_CLIP if is_atari(spec) else 0.0,
         preset=preset_for(spec, action) or "cartpole",
         env_kwargs=tuple(sorted((kwargs or {}).items())),
     )
