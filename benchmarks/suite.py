@@ -346,6 +346,19 @@ SUITES: dict[str, list[Task]] = {
         # the LSTM took off 2.0-2.5M frames after the feed-forward net; the same updates as
         # LSTM-2x4 tell whether the pieces or the smaller, more numerous updates cost it
         pong30("LSTM-2x4-seq32", "--core", "lstm", *_PPO_2X4, "--seq-len", "32"),
+        # LSTM-2x8-seq32 with each piece's start state burnt in over the 16 steps before it at
+        # the learner's parameters (R2D2's burn-in, half its 80-step sequences' 40): do the
+        # acting parameters' stored states hold the pieces' take-off back?
+        pong30(
+            "LSTM-2x8-seq32-burnin16",
+            "--core",
+            "lstm",
+            *_PPO_2X8,
+            "--seq-len",
+            "32",
+            "--burn-in",
+            "16",
+        ),
         # LSTM-2x4 with the previous action and reward among the core's inputs (IMPALA's and
         # R2D2's agents): at an odd no-op count a step's press shows only on its later frames,
         # and on seed 0 the LSTM's odd games lagged the feed-forward net's by about 2 points

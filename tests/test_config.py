@@ -349,6 +349,10 @@ def test_entropy_schedule_options_out_of_place_are_refused(options, flag):
         # what is wrong first: not read at all, before a length that does not divide
         (dict(t_max=8, seq_len=3), "--seq-len: cuts a recurrent core's rollouts"),
         (dict(algo="a3c", core="lstm", t_max=8, seq_len=3), "--seq-len: a3c does not read it"),
+        (dict(core="lstm", t_max=8, burn_in=2), "--burn-in: refreshes the start state"),
+        (dict(core="lstm", t_max=8, seq_len=4, burn_in=5), "--burn-in: must be 0 to --seq-len (4)"),
+        (dict(core="lstm", t_max=8, seq_len=4, burn_in=-1), "--burn-in: must be 0 to --seq-len"),
+        (dict(algo="a3c", core="lstm", burn_in=2), "--burn-in: a3c does not read it"),
     ],
 )
 def test_seq_len_out_of_place_is_refused(options, needle):
@@ -363,6 +367,11 @@ def test_the_previous_action_and_reward_need_a_recurrent_core(algo):
         Config(algo=algo, prev_action_reward=True).validate()
     if algo != "onestep-sarsa":  # (which takes no core)
         Config(algo=algo, core="gru", prev_action_reward=True).validate()
+
+
+def test_burn_in_up_to_the_piece_length_is_taken():
+    cfg = Config(algo="appo", core="lstm", envs_per_worker=8, t_max=128, seq_len=32)
+    assert dataclasses.replace(cfg, burn_in=32).validate().burn_in == 32
 
 
 def test_seq_len_lets_a_recurrent_core_take_more_minibatches_than_envs():

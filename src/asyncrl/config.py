@@ -164,6 +164,12 @@ class Config:
     the minibatches from all of them (Sample Factory's recurrence, RLlib's max_seq_len); 0:
     whole rollouts from the rollout's start (a minibatch is then a group of envs). Must
     divide --t-max"""
+    burn_in: int = 0
+    """--seq-len: refresh each piece's start state by running the core, without gradient,
+    over this many steps before the piece from the state recorded there (R2D2's burn-in,
+    Kapturowski et al., 2019), so a piece starts from the state the learner's parameters
+    give rather than the acting ones'; a rollout's first piece keeps its recorded state (no
+    steps before it). At most --seq-len; 0: none"""
     clip: float = 0.2
     """APPO: PPO's clip range epsilon of the probability ratio"""
     value_clip: float = 0.0
@@ -629,6 +635,12 @@ class Config:
             "V-trace's targets come from the learner's pass over whole rollouts, and --seq-len "
             "replays pieces from the states the policy acted with: drop --seq-len or --vtrace",
         )
+        _need(
+            0 <= self.burn_in <= self.seq_len if self.seq_len else self.burn_in >= 0,
+            "burn-in",
+            f"must be 0 to --seq-len ({self.seq_len}), got {self.burn_in}: a piece burns in "
+            "over the steps of the piece before it",
+        )
         cut = self.t_max // self.seq_len if pieces and self.seq_len else 1
         fix = (
             "or a shorter --seq-len"
@@ -830,6 +842,7 @@ ALGO_ONLY: dict[str, tuple[str, ...]] = {
     "epochs": ("appo",),
     "minibatches": ("appo",),
     "seq_len": ("appo",),
+    "burn_in": ("appo",),
     "clip": ("appo",),
     "value_clip": ("appo",),
     "target_update": Q_METHODS,
@@ -857,6 +870,11 @@ READ_WITH: dict[str, tuple[Callable[[Config], bool], str]] = {
         lambda c: c.core != "none",
         "cuts a recurrent core's rollouts into sequences: add --core lstm or gru, or drop "
         "--seq-len (a feed-forward net learns from single transitions)",
+    ),
+    "burn_in": (
+        lambda c: c.seq_len > 0,
+        "refreshes the start state of --seq-len's pieces: add --seq-len L (and a recurrent "
+        "core), or drop --burn-in",
     ),
     "rho_bar": (
         lambda c: c.vtrace,

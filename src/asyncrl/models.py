@@ -655,6 +655,20 @@ class Network(nn.Module):
         x = self._with_context(encode_rollout(self._encode, obs, bootstrap), context)
         return self.core.unroll(x, state, first)[0]
 
+    @torch.no_grad()
+    def burn_in(
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        first: torch.Tensor,
+        context: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The core's state after observations ``(K, B, ...)`` from ``state``, episode starts
+        ``first`` ``(K, B)`` restarting it, without gradient: R2D2's burn-in (APPO's
+        --burn-in). Only the core's state comes out; no head runs."""
+        x = self._with_context(encode_rollout(self._encode, obs, False), context)
+        return self.core.unroll(x, state, first)[1]
+
 
 def _rename_legacy_keys(
     module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any

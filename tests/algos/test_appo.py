@@ -392,3 +392,60 @@ def test_a_sequence_replays_from_the_state_the_core_had_there_as_it_acted(core):
     assert not torch.allclose(zeroed[:, 0], params[:, 0].detach(), atol=1e-4)
     values.sum().backward()
     assert model.core.cell.weight_hh.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("core", ["lstm", "gru"])
+def test_burn_in_starts_a_piece_from_the_state_the_parameters_now_give_k_steps_on(core):
+    """--burn-in 2 with --seq-len 3: a piece from step 3 starts from the state recorded at
+    step 1 run over steps 1 and 2 at the learner's parameters (an episode start among them
+    restarting it), so the piece equals an unroll from step 1's recorded state; the rollout's
+    first piece keeps its recorded state. At the acting parameters that is what acting gave."""
+    appo, model = algo_and_model(APPO, t_max=6, minibatches=4, core=core, seq_len=3, burn_in=2)
+    rng = np.random.default_rng(0)
+    ro = random_rollout(INFO, T=6, B=4)
+    ro.first[0] = True
+    ro.first[4, 1] = True  # inside env 1's piece from step 3
+    ro.first[2, 3] = True  # inside env 3's burn-in, steps 1 and 2
+    appo.begin_rollout(model, 0)
+    with torch.no_grad():
+        for t in range(6):
+            ro.actions[t], ro.logp[t] = appo.act(
+                model, torch.from_numpy(ro.obs[t]), 0, rng, ro.first[t]
+            )
+        appo.end_rollout(model, ro, 0, rng)
+        full_params, _ = appo.unroll(model, ro)
+    assert appo.seq_states is not None
+    times = np.array([[3, 0, 3], [4, 1, 4], [5, 2, 5]])
+    envs = np.array([[1, 2, 3]] * 3)
+    params, _ = appo.unroll_minibatch(model, ro, times, envs)
+    torch.testing.assert_close(params, full_params[times, envs], rtol=1e-5, atol=1e-6)
+
+    # the learner's parameters move on from the acting ones
+    with torch.no_grad():
+        for p in model.core.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.3)
+
+    def unroll_from(t0, t1, env):  # steps t0..t1-1 of env from the state recorded at t0
+        sl = (slice(t0, t1), [env])
+        with torch.no_grad():
+            return model.unroll(
+                torch.from_numpy(ro.obs[sl]),
+                appo.seq_states[t0, [env]],
+                torch.from_numpy(ro.first[sl]),
+                bootstrap=False,
+                context=torch.from_numpy(ro.context[sl]),
+            )[0][:, 0]
+
+    params, _ = appo.unroll_minibatch(model, ro, times, envs)
+    torch.testing.assert_close(params[:, 0], unroll_from(1, 6, 1)[2:], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(params[:, 1], unroll_from(0, 3, 2), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(params[:, 2], unroll_from(1, 6, 3)[2:], rtol=1e-5, atol=1e-6)
+    # without the burn-in the piece starts from the acting parameters' state, which differs
+    plain, _ = algo_and_model(APPO, t_max=6, minibatches=4, core=core, seq_len=3)
+    plain.seq_states = appo.seq_states
+    stored, _ = plain.unroll_minibatch(model, ro, times, envs)
+    assert not torch.allclose(stored[:, 0], params[:, 0], atol=1e-4)
+    torch.testing.assert_close(stored[:, 0], unroll_from(3, 6, 1), rtol=1e-5, atol=1e-6)
+    # the gradient stops at the piece's start: none reaches the burn-in's steps
+    params.sum().backward()
+    assert model.core.cell.weight_hh.grad.abs().sum() > 0

@@ -23,7 +23,8 @@ minibatch's gives them and the values, as IMPALA's learner does. A minibatch is 
 random set of transitions, or with a recurrent core a random set of sequences that the core
 replays from a recorded state: whole rollouts from their start, or with --seq-len L pieces of
 L steps, each from the state the core had there as the policy acted (Sample Factory's and
-R2D2's stored state; :meth:`APPO.minibatches`). Pulling
+R2D2's stored state; :meth:`APPO.minibatches`), or with --burn-in K that of K steps earlier run
+over them at the learner's parameters (R2D2's burn-in). Pulling
 between minibatches is what makes the clip mean anything here: without it, every
 minibatch's gradient would be taken at the parameters that acted (ratio 1, nothing ever
 clipped) and applied to parameters that others have moved on.
@@ -229,11 +230,40 @@ class APPO(A3C):
         context = torch.from_numpy(rollout.context[times, envs])
         if self.seq_states is not None:  # (recorded only for a recurrent core)
             # the state as it acted, not as these parameters would give it: R2D2's "stored
-            # state" (no burn-in), Sample Factory's; the gradient stops at the sequence start
+            # state", Sample Factory's; the gradient stops at the sequence start
             start = self.seq_states[times[0], envs[0]]
+            if self.cfg.burn_in:
+                start = self.burned_in(model, rollout, self.seq_states, times[0], envs[0])
         else:
             start = model.initial_state(envs.shape[1])
         return model.unroll(obs, start, first, bootstrap=False, context=context)
+
+    def burned_in(
+        self,
+        model: Any,
+        rollout: Rollout,
+        states: torch.Tensor,
+        t0: np.ndarray,
+        env: np.ndarray,
+    ) -> torch.Tensor:
+        """--burn-in K: the start states ``(n, ...)`` of sequences from steps ``t0`` of envs
+        ``env``, each the state recorded K steps before it (``states`` ``(T, B, ...)``) run
+        over those K steps at the parameters now (R2D2's burn-in). A sequence at the rollout's
+        start (t0 < K, so t0 = 0: K is at most --seq-len) keeps its recorded state: its steps
+        before lie in the last rollout, which is gone."""
+        k = self.cfg.burn_in
+        start = states[t0, env]  # a copy (advanced indexing)
+        late = np.flatnonzero(t0 >= k)
+        if late.size:
+            steps = t0[late][None] - k + np.arange(k)[:, None]  # (K, m)
+            envs = env[late][None].repeat(k, 0)
+            start[torch.from_numpy(late)] = model.burn_in(
+                torch.from_numpy(rollout.obs[steps, envs]),
+                states[steps[0], envs[0]],
+                torch.from_numpy(rollout.first[steps, envs]),
+                torch.from_numpy(rollout.context[steps, envs]),
+            )
+        return start
 
     def loss(self, model, rollout: Rollout, target_model=None):
         """One pass of one minibatch holding the whole rollout (for callers that want one
