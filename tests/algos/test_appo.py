@@ -358,6 +358,20 @@ def test_seq_len_cuts_each_envs_rollout_into_pieces_that_the_minibatches_partiti
     assert all((t == np.arange(6)[:, None]).all() for t, _ in mbs)
 
 
+def act_rollout(appo, model, ro, rng):
+    """Act through ``ro`` with ``model`` as a worker does (recording the actions, mu's
+    log-probabilities, the values and, with --seq-len, the core's states), then the
+    distribution parameters and values of one pass over the whole rollout."""
+    appo.begin_rollout(model, 0)
+    with torch.no_grad():
+        for t in range(ro.t_max):
+            ro.actions[t], ro.logp[t] = appo.act(
+                model, torch.from_numpy(ro.obs[t]), 0, rng, ro.first[t]
+            )
+        appo.end_rollout(model, ro, 0, rng)
+        return appo.unroll(model, ro)
+
+
 @pytest.mark.parametrize("core", ["lstm", "gru"])
 def test_a_sequence_replays_from_the_state_the_core_had_there_as_it_acted(core):
     """A minibatch of --seq-len pieces, at the parameters that acted, gives what acting and a
@@ -368,14 +382,7 @@ def test_a_sequence_replays_from_the_state_the_core_had_there_as_it_acted(core):
     ro = random_rollout(INFO, T=6, B=4)
     ro.first[0] = True
     ro.first[4, 1] = True  # after the autoreset step at t = 3: inside the piece from step 3
-    appo.begin_rollout(model, 0)
-    with torch.no_grad():
-        for t in range(6):
-            ro.actions[t], ro.logp[t] = appo.act(
-                model, torch.from_numpy(ro.obs[t]), 0, rng, ro.first[t]
-            )
-        appo.end_rollout(model, ro, 0, rng)
-        full_params, full_values = appo.unroll(model, ro)
+    full_params, full_values = act_rollout(appo, model, ro, rng)
     assert appo.seq_states is not None and appo.seq_states.shape[:2] == (6, 4)
     # every minibatch of a pass at the acting parameters: ratio 1 (pi is the mu that acted)
     for update in appo.updates(model, ro, None):
@@ -406,14 +413,7 @@ def test_burn_in_starts_a_piece_from_the_state_the_parameters_now_give_k_steps_o
     ro.first[0] = True
     ro.first[4, 1] = True  # inside env 1's piece from step 3
     ro.first[2, 3] = True  # inside env 3's burn-in, steps 1 and 2
-    appo.begin_rollout(model, 0)
-    with torch.no_grad():
-        for t in range(6):
-            ro.actions[t], ro.logp[t] = appo.act(
-                model, torch.from_numpy(ro.obs[t]), 0, rng, ro.first[t]
-            )
-        appo.end_rollout(model, ro, 0, rng)
-        full_params, _ = appo.unroll(model, ro)
+    full_params, _ = act_rollout(appo, model, ro, rng)
     assert appo.seq_states is not None
     times = np.array([[3, 0, 3], [4, 1, 4], [5, 2, 5]])
     envs = np.array([[1, 2, 3]] * 3)
