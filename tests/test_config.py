@@ -353,6 +353,7 @@ def test_entropy_schedule_options_out_of_place_are_refused(options, flag):
         (dict(core="lstm", t_max=8, seq_len=4, burn_in=5), "--burn-in: must be 0 to --seq-len (4)"),
         (dict(core="lstm", t_max=8, seq_len=4, burn_in=-1), "--burn-in: must be 0 to --seq-len"),
         (dict(algo="a3c", core="lstm", burn_in=2), "--burn-in: a3c does not read it"),
+        (dict(core="lstm", t_max=8, seq_len=8, burn_in=2), "--seq-len 8 is the whole rollout"),
     ],
 )
 def test_seq_len_out_of_place_is_refused(options, needle):

@@ -169,7 +169,7 @@ class Config:
     over this many steps before the piece from the state recorded there (R2D2's burn-in,
     Kapturowski et al., 2019), so a piece starts from the state the learner's parameters
     give rather than the acting ones'; a rollout's first piece keeps its recorded state (no
-    steps before it). At most --seq-len; 0: none"""
+    steps before it). At most --seq-len, which must then be shorter than --t-max; 0: none"""
     clip: float = 0.2
     """APPO: PPO's clip range epsilon of the probability ratio"""
     value_clip: float = 0.0
@@ -640,6 +640,12 @@ class Config:
             "burn-in",
             f"must be 0 to --seq-len ({self.seq_len}), got {self.burn_in}: a piece burns in "
             "over the steps of the piece before it",
+        )
+        _need(
+            not (pieces and self.burn_in and self.seq_len >= self.t_max),
+            "burn-in",
+            f"--seq-len {self.seq_len} is the whole rollout (--t-max {self.t_max}): no piece has "
+            "steps before it to burn in over; give a shorter --seq-len, or drop --burn-in",
         )
         cut = self.t_max // self.seq_len if pieces and self.seq_len else 1
         fix = (
