@@ -231,9 +231,11 @@ class APPO(A3C):
         if self.seq_states is not None:  # (recorded only for a recurrent core)
             # the state as it acted, not as these parameters would give it: R2D2's "stored
             # state", Sample Factory's; the gradient stops at the sequence start
-            start = self.seq_states[times[0], envs[0]]
-            if self.cfg.burn_in:
-                start = self.burned_in(model, rollout, self.seq_states, times[0], envs[0])
+            start = (
+                self.burned_in(model, rollout, self.seq_states, times[0], envs[0])
+                if self.cfg.burn_in
+                else self.seq_states[times[0], envs[0]]
+            )
         else:
             start = model.initial_state(envs.shape[1])
         return model.unroll(obs, start, first, bootstrap=False, context=context)
