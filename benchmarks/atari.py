@@ -6,6 +6,7 @@ score.
         --backends processes ray --steps 100000                  # Ray against processes
     python benchmarks/atari.py env --seeds 3                     # the emulators alone, one core
     python benchmarks/atari.py versus-sb3 --seeds 3              # beside SB3's A2C (rl-zoo's)
+    python benchmarks/atari.py versus-sb3 --seeds 3 -- --algo appo   # the defaults beside it
     python benchmarks/atari.py ceiling --seeds 3                 # what 2 cores could do at most
     python benchmarks/atari.py solve --env PongNoFrameskip-v4 --target 18 --seeds 1
     python benchmarks/atari.py solve --env MinAtar/Breakout-v1 --target 3 --seeds 3
@@ -15,7 +16,8 @@ rule off and reports the median (over seeds) of the summary's ``frames_per_secon
 phase, 4 frames per agent step) per backend, worker count and network, and the steady-state rate
 (from the first game that ends past 20% of the budget to the last: start-up left out).
 ``versus-sb3`` runs, alternately on each seed, the same budget of agent steps through
-`asyncrl train --algo a3c` (the atari preset's A3C settings, 2 workers) and through
+`asyncrl train --algo a3c` (the atari preset's A3C settings, 2 workers; ``-- --algo appo``:
+the defaults) and through
 Stable-Baselines3's A2C with rl-zoo's Atari settings (16 games in one process, t_max 5,
 RMSprop as TF's, `make_atari_env`'s preprocessing: the same frame skip of 4 and 84x84 frames),
 and reports each one's frames/s over its training phase (start-up and imports left out) and
@@ -247,8 +249,9 @@ print(json.dumps({"steps": model.num_timesteps, "train_seconds": time.perf_count
 
 
 def versus_sb3(args: argparse.Namespace) -> None:
-    """asyncrl's defaults and SB3's A2C (rl-zoo's Atari settings) side by side, alternately on
-    each seed so that a slow minute of the machine falls on both."""
+    """asyncrl's A3C (or what the arguments after ``--`` make it: ``--algo appo``, the
+    defaults) and SB3's A2C (rl-zoo's Atari settings) side by side, alternately on each seed so
+    that a slow minute of the machine falls on both."""
     import json
     import subprocess
 
@@ -277,7 +280,8 @@ def versus_sb3(args: argparse.Namespace) -> None:
     b = [statistics.median(x[i] for x in theirs) for i in (0, 1)]
     print(f"\n{args.env}, {args.steps:,} agent steps each, median of {args.seeds} seeds:")
     print("| | training frames/s | whole-process frames/s |\n|---|---|---|")
-    print(f"| asyncrl A3C (the atari preset's, 2 workers) | {a[0]:,.0f} | {a[1]:,.0f} |")
+    ours_cmd = shlex.join([*A3C, *args.extra])  # the later --algo wins
+    print(f"| asyncrl `{ours_cmd}` (2 workers) | {a[0]:,.0f} | {a[1]:,.0f} |")
     print(f"| SB3 A2C (rl-zoo's Atari settings) | {b[0]:,.0f} | {b[1]:,.0f} |")
     print(f"| ratio | {a[0] / b[0]:.2f}x | {a[1] / b[1]:.2f}x |")
 
