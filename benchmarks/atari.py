@@ -20,8 +20,9 @@ phase, 4 frames per agent step) per backend, worker count and network, and the s
 the defaults) and through
 Stable-Baselines3's A2C with rl-zoo's Atari settings (16 games in one process, t_max 5,
 RMSprop as TF's, `make_atari_env`'s preprocessing: the same frame skip of 4 and 84x84 frames),
-and reports each one's frames/s over its training phase (start-up and imports left out) and
-whole process, and the ratio.
+and reports each one's frames/s over its training phase (start-up and imports left out), in
+steady state (past the first fifth of the budget: asyncrl's from its games, SB3's from a second
+``learn()`` call that carries on the first) and over the whole process, and the ratios.
 ``ceiling`` times, on one core, the pieces of a worker's step at the preset's sizes (the env
 alone, the act forward, the loss forward and backward), counts the network's floating-point work
 per agent step, and gives the frames/s two cores would reach if they did nothing else: the
@@ -242,9 +243,17 @@ model = A2C(
     "CnnPolicy", env, ent_coef=0.01, vf_coef=0.25, seed=seed, device="cpu",
     policy_kwargs=dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5)),
 )
+# the first fifth, then the rest timed alone (the envs and the model carry on): the steady
+# rate, start-up left out, as asyncrl's is read from its games past a fifth of the budget
 t0 = time.perf_counter()
-model.learn(total_timesteps=steps)
-print(json.dumps({"steps": model.num_timesteps, "train_seconds": time.perf_counter() - t0}))
+model.learn(total_timesteps=steps // 5)
+t1, warm = time.perf_counter(), model.num_timesteps
+model.learn(total_timesteps=steps - warm, reset_num_timesteps=False)
+t2 = time.perf_counter()
+print(json.dumps({
+    "steps": model.num_timesteps, "train_seconds": t2 - t0,
+    "steady_steps": model.num_timesteps - warm, "steady_seconds": t2 - t1,
+}))
 """
 
 
@@ -255,13 +264,16 @@ def versus_sb3(args: argparse.Namespace) -> None:
     import json
     import subprocess
 
-    ours: list[tuple[float, float]] = []  # (training-phase frames/s, whole-process frames/s)
-    theirs: list[tuple[float, float]] = []
+    # (training-phase, steady-state, whole-process frames/s) of each run
+    ours: list[tuple[float, float, float]] = []
+    theirs: list[tuple[float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="asyncrl-bench-") as tmp:
         for seed in range(args.seeds):
             extra = ["--env", args.env, *A3C, "--steps", str(args.steps), "--target-return", "1e9"]
             s = run_train(seed, [*extra, *args.extra], Path(tmp))
-            ours.append((s["frames_per_second"], s["total_frames"] / s["process_seconds"]))
+            steady = 4 * steady_rate(Path(s["run_dir"]) / "episodes.csv", s["total_steps"])
+            whole = s["total_frames"] / s["process_seconds"]
+            ours.append((s["frames_per_second"], steady, whole))
             cmd = [sys.executable, "-c", SB3_A2C_ATARI, args.env, str(seed), str(args.steps)]
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -270,20 +282,26 @@ def versus_sb3(args: argparse.Namespace) -> None:
                 sys.exit(f"SB3 failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             out = json.loads(proc.stdout.strip().splitlines()[-1])
             frames = 4 * out["steps"]  # make_atari_env's frame skip
-            theirs.append((frames / out["train_seconds"], frames / wall))
+            steady = 4 * out["steady_steps"] / out["steady_seconds"]
+            theirs.append((frames / out["train_seconds"], steady, frames / wall))
             print(
-                f"seed {seed}: asyncrl {ours[-1][0]:,.0f} frames/s (whole process "
-                f"{ours[-1][1]:,.0f}); SB3 A2C {theirs[-1][0]:,.0f} ({theirs[-1][1]:,.0f})",
+                f"seed {seed}: asyncrl {_rates(ours[-1])}; SB3 A2C {_rates(theirs[-1])} "
+                f"(training, steady state, whole process)",
                 flush=True,
             )
-    a = [statistics.median(x[i] for x in ours) for i in (0, 1)]
-    b = [statistics.median(x[i] for x in theirs) for i in (0, 1)]
+    a = [statistics.median(x[i] for x in ours) for i in range(3)]
+    b = [statistics.median(x[i] for x in theirs) for i in range(3)]
     print(f"\n{args.env}, {args.steps:,} agent steps each, median of {args.seeds} seeds:")
-    print("| | training frames/s | whole-process frames/s |\n|---|---|---|")
+    print("| | training frames/s | steady-state frames/s | whole-process frames/s |")
+    print("|---|---|---|---|")
     ours_cmd = shlex.join([*A3C, *args.extra])  # the later --algo wins
-    print(f"| asyncrl `{ours_cmd}` (2 workers) | {a[0]:,.0f} | {a[1]:,.0f} |")
-    print(f"| SB3 A2C (rl-zoo's Atari settings) | {b[0]:,.0f} | {b[1]:,.0f} |")
-    print(f"| ratio | {a[0] / b[0]:.2f}x | {a[1] / b[1]:.2f}x |")
+    print(f"| asyncrl `{ours_cmd}` (2 workers) | {' | '.join(f'{x:,.0f}' for x in a)} |")
+    print(f"| SB3 A2C (rl-zoo's Atari settings) | {' | '.join(f'{x:,.0f}' for x in b)} |")
+    print(f"| ratio | {' | '.join(f'{x / y:.2f}x' for x, y in zip(a, b, strict=True))} |")
+
+
+def _rates(r: tuple[float, float, float]) -> str:
+    return ", ".join(f"{x:,.0f}" for x in r) + " frames/s"
 
 
 def main() -> None:

@@ -321,6 +321,25 @@ def test_the_a3c_hours_are_the_five_games_protocol_with_the_presets_a3c(tmp_path
         assert cmd[:4] == ["timeout", "-s", "INT", "3600"] and cmd[-2:] == ["--algo", "a3c"]
 
 
+def test_a_pong_hour_is_the_five_games_pong_hour_with_one_step_budget(tmp_path):
+    """pong60's tasks sit beside atari5's Pong: the same hour, env and target, its args on
+    top; a --steps of their own (a learning-rate schedule's length) replaces the hour's rather
+    than leaving two for a reader to guess which the CLI takes."""
+    hour = next(t for t in suite.SUITES["atari5"] if t.name == "PongNoFrameskip-v4")
+    defaults, linear = suite.SUITES["pong60"]
+    assert defaults.args == hour.args and 18.0 in defaults.milestones
+    for t in (defaults, linear):
+        assert (t.env, t.extras, t.target, t.human) == (
+            hour.env,
+            hour.extras,
+            hour.target,
+            hour.human,
+        )
+    cmd = suite.command(linear, 0, tmp_path)
+    assert cmd.count("--steps") == 1 and cmd[cmd.index("--steps") + 1] == "10000000"
+    assert cmd[cmd.index("--lr-schedule") + 1] == "linear"
+
+
 def test_a_sweep_over_the_backends_gives_the_ray_only_options_to_ray_alone():
     """Another backend refuses them: ``throughput.py --backends processes ray -- --ray-pipeline
     0`` (and ``atari.py throughput``) give the processes cells the rest."""
