@@ -391,6 +391,11 @@ SUITES: dict[str, list[Task]] = {
         # preset's APPO holds it constant. The climb's last points are noisy updates of a
         # nearly settled policy, the usual reason given for the anneal
         pong_hour("lr-linear", "--lr-schedule", "linear", "--steps", "10000000"),
+        # the Nature DQN net (32-64-64 filters, 512 units) that CleanRL's and SB3's PPO use on
+        # Atari, for the A3C paper's (16-32, 256): in the hour the games at odd no-op counts
+        # stall while the even ones stand near +20 (docs/benchmarks.md#pong-defaults-hour);
+        # is it the small net's room for both of Pong's alignments?
+        pong_hour("nature", "--net", "nature"),
     ],
 }
 

@@ -326,7 +326,7 @@ def test_a_pong_hour_is_the_five_games_pong_hour_with_one_step_budget(tmp_path):
     top; a --steps of their own (a learning-rate schedule's length) replaces the hour's rather
     than leaving two for a reader to guess which the CLI takes."""
     hour = next(t for t in suite.SUITES["atari5"] if t.name == "PongNoFrameskip-v4")
-    defaults, linear = suite.SUITES["pong60"]
+    defaults, linear, *_ = suite.SUITES["pong60"]
     assert defaults.args == hour.args and 18.0 in defaults.milestones
     for t in (defaults, linear):
         assert (t.env, t.extras, t.target, t.human) == (
