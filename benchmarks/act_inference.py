@@ -12,6 +12,9 @@ between calls so that they evict the network from the caches), in each variant:
   bytes) quantised to int8 with dynamic activation scales (``torch.ao`` dynamic quantisation,
   fbgemm's VNNI kernels); the acting copy would be requantised after each pull;
 - ``bf16-fc``: the fc's weights kept in bfloat16 (1.3 MB), converted once per pull;
+- ``bf16-cached``: every layer's weights in bfloat16, converted once per pull, the input
+  converted from uint8 (the encoder's own bfloat16 path casts the float32 weights on every call
+  under autocast);
 - ``mkldnn``: the convs and the fc converted to oneDNN's blocked layout
   (``torch.utils.mkldnn.to_mkldnn``).
 
@@ -88,6 +91,40 @@ def variants(
         y = F.linear(y.flatten(1).to(torch.bfloat16), bf["w"], bf["b"])
         return head(F.relu(y.float()))
 
+    cast: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+    fcw: dict[str, torch.Tensor] = {}
+
+    def to_bf16_all() -> None:
+        # every layer's weights in bfloat16 once per pull, the 1/255 folded into the first
+        # conv's (as the encoder's learning pass does): no autocast casts a call
+        cast.clear()
+        for i, conv in enumerate(enc.convs):
+            w = conv.weight * (1.0 / 255.0) if i == 0 else conv.weight
+            cast.append((w.to(torch.bfloat16), conv.bias.to(torch.bfloat16), conv.stride[0]))
+        fcw["w"], fcw["b"] = enc.fc.weight.to(torch.bfloat16), enc.fc.bias.to(torch.bfloat16)
+
+    to_bf16_all()
+
+    def bf16_cached(x: torch.Tensor) -> torch.Tensor:
+        y = x.to(torch.bfloat16)
+        for w, b, s in cast:
+            y = F.relu(F.conv2d(y, w, b, s))
+        return head(F.relu(F.linear(y.flatten(1), fcw["w"], fcw["b"])).float())
+
+    cast_cl: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+
+    def to_bf16_nhwc() -> None:
+        to_bf16_all()
+        cast_cl[:] = [(w.contiguous(memory_format=torch.channels_last), b, s) for w, b, s in cast]
+
+    to_bf16_nhwc()
+
+    def bf16_cached_nhwc(x: torch.Tensor) -> torch.Tensor:
+        y = x.contiguous(memory_format=torch.channels_last).to(torch.bfloat16)
+        for w, b, s in cast_cl:
+            y = F.relu(F.conv2d(y, w, b, s))
+        return head(F.relu(F.linear(y.flatten(1), fcw["w"], fcw["b"])).float())
+
     mk: dict[str, torch.nn.Module] = {}
 
     def to_mkldnn() -> None:
@@ -110,6 +147,8 @@ def variants(
         "int8-fc": (int8_fc, quantise),
         "bf16-fc": (bf16_fc, to_bf16),
         "mkldnn": (mkldnn, to_mkldnn),
+        "bf16-cached": (bf16_cached, to_bf16_all),
+        "bf16-cached-nhwc": (bf16_cached_nhwc, to_bf16_nhwc),
     }
 
 

@@ -384,28 +384,58 @@ def test_a_bfloat16_encoder_gives_float32s_features_and_gradients_to_its_precisi
     torch.manual_seed(0)
     x = obs()
     x = x.to(torch.uint8) if x.dtype == torch.int64 else x
-    ref = build_model(spec).encoder
-    bf = build_model(dataclass_replace(spec, precision="bfloat16")).encoder
+    models = [build_model(spec), build_model(dataclass_replace(spec, precision="bfloat16"))]
+    ref, bf = (m.encoder for m in models)
     bf.load_state_dict(ref.state_dict())
     w = torch.randn(ref.out_dim)
-    feats, grads, acts = [], [], []
-    for enc in (ref, bf):
+    feats, grads, acts, fixed = [], [], [], []
+    for model, enc in zip(models, (ref, bf), strict=True):
         f = enc(x)
         (f @ w).sum().backward()
         feats.append(f)
         grads.append([p.grad for p in enc.parameters()])
         with torch.no_grad():
             acts.append(enc(x))
-        assert f.dtype == acts[-1].dtype == torch.float32
+        with torch.no_grad(), model.fixed_weights():  # a worker's rollout
+            fixed.append(enc(x))
+        assert f.dtype == acts[-1].dtype == fixed[-1].dtype == torch.float32
         assert all(p.dtype == torch.float32 for p in enc.parameters())
     # measured (seed 0): features within 0.5%, gradients within 8% (the first conv layer's of
     # the Nature net, at the end of the longest chain of bfloat16 products)
     assert _rel(feats[1].detach(), feats[0].detach()) < 0.02
     assert _rel(acts[1], acts[0]) < 0.02  # the acting pass held to float32's, not to itself
     assert _rel(acts[1], feats[1].detach()) < 0.02  # the behaviour policy's are the learner's
+    # the rollout's pass on weights converted once: as close, and float32's unchanged
+    assert _rel(fixed[1], acts[0]) < 0.02
+    assert torch.equal(fixed[0], acts[0])
     for g_bf, g_ref in zip(*grads, strict=True):
         assert g_bf.dtype == torch.float32
         assert _rel(g_bf, g_ref) < 0.15
+
+
+def test_fixed_weights_serve_only_passes_without_gradient_and_only_inside_the_span():
+    """The bfloat16 copies a rollout acts with are the parameters of its start: a pass with
+    gradient inside the span (the learner's) reads the parameters themselves, and after the
+    span a changed parameter is seen at once (a copy kept past it would act on old weights)."""
+    torch.manual_seed(0)
+    model = build_model(dataclass_replace(IMAGE, encoder="a3c", precision="bfloat16"))
+    enc = model.encoder
+    x = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        before = enc(x)
+    with model.fixed_weights():
+        with torch.no_grad():
+            acted = enc(x)
+        learnt = enc(x)
+        assert learnt.requires_grad and torch.equal(learnt.detach(), before)
+        with torch.no_grad():
+            enc.fc.bias.add_(1.0)  # a change inside the span is not seen (the promise)
+            assert torch.equal(enc(x), acted)
+    with torch.no_grad():
+        after = enc(x)
+    assert _rel(acted, before) < 0.02
+    moved = (after - before)[before > 0]  # each active feature by the fc's new bias
+    assert moved.numel() > 100 and (moved - 1.0).abs().max() < 0.05
 
 
 @pytest.mark.parametrize(

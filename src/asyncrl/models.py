@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -261,6 +261,16 @@ def conv_net_problem(name: str, obs_shape: tuple[int, ...], channels_last: bool)
     return None
 
 
+@dataclass
+class _FixedWeights:
+    """A conv encoder's weights in bfloat16 for a span in which they do not change."""
+
+    convs: list[tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]]  # (weight, bias, stride)
+    first_uint8: torch.Tensor  # the first conv's weight with the 1/255 of uint8 pixels folded in
+    fc_weight: torch.Tensor
+    fc_bias: torch.Tensor
+
+
 class ConvEncoder(nn.Module):
     """Conv layers with ReLU, then one fully connected ReLU layer."""
 
@@ -285,16 +295,61 @@ class ConvEncoder(nn.Module):
         self.convs = nn.ModuleList(convs)
         self.fc = _linear(c * h * w, fc, math.sqrt(2))
         self.out_dim = fc
+        self._fixed: _FixedWeights | None = None
+
+    def fix_weights(self) -> None:
+        """Until :meth:`release_weights`, the passes without gradient read bfloat16 copies of
+        the weights made here (with --precision bfloat16; a no-op in float32). The caller
+        promises the parameters do not change meanwhile: :meth:`Network.fixed_weights`."""
+        if not self.in_bfloat16:
+            return
+        nhwc, bf16 = torch.channels_last, torch.bfloat16
+        layers = [c for c in self.convs if isinstance(c, nn.Conv2d)]
+        with torch.no_grad():
+            convs = []
+            for c in layers:
+                assert c.bias is not None  # _conv gives each one
+                w = c.weight.to(bf16).contiguous(memory_format=nhwc)
+                convs.append((w, c.bias.to(bf16), c.stride))
+            first = layers[0].weight * (1.0 / 255.0)
+            self._fixed = _FixedWeights(
+                convs,
+                first.to(bf16).contiguous(memory_format=nhwc),
+                self.fc.weight.to(bf16),
+                self.fc.bias.to(bf16),
+            )
+
+    def release_weights(self) -> None:
+        self._fixed = None
+
+    def _fixed_forward(self, x: torch.Tensor, fixed: _FixedWeights) -> torch.Tensor:
+        """:meth:`forward`'s arithmetic on the weights :meth:`fix_weights` made, NHWC: the
+        acting pass of a worker, 0.56x the time of autocast's, which converts every float32
+        weight on every call (an act call of the preset's net, batch 8, as a worker runs it on
+        the Intel Xeon with AMX: 751 against 1,338 us; `benchmarks/act_inference.py`)."""
+        x = x.contiguous(memory_format=torch.channels_last)
+        if x.dtype == torch.uint8:
+            w0 = fixed.first_uint8
+        else:
+            x, w0 = as_float(x), fixed.convs[0][0]
+        (_, b0, s0), *rest = fixed.convs
+        x = F.relu(F.conv2d(x.to(torch.bfloat16), w0, b0, s0))
+        for w, b, s in rest:
+            x = F.relu(F.conv2d(x, w, b, s))
+        return F.relu(F.linear(x.flatten(1), fixed.fc_weight, fixed.fc_bias)).float()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.movedim(-1, -3) if self.channels_last else obs
         x = x.reshape(-1, *x.shape[-3:])
+        if self._fixed is not None and not torch.is_grad_enabled():
+            return self._fixed_forward(x, self._fixed)
         if torch.is_grad_enabled():
             # The learning pass: oneDNN's conv backward is several times faster on NHWC input
             # than on NCHW on this CPU (the whole pass, forward and backward, about 0.8x the
             # time; docs/benchmarks.md#atari-a-faster-worker-step). Done before the float
-            # conversion, which keeps the layout: uint8 pixels are a quarter of the bytes. The
-            # acting pass, without gradients, keeps NCHW: there NHWC measured no faster.
+            # conversion, which keeps the layout: uint8 pixels are a quarter of the bytes. A
+            # pass without gradients outside a worker's rollout (evaluation, asyncrl.load)
+            # keeps NCHW: under autocast NHWC measured no faster there.
             x = x.contiguous(memory_format=torch.channels_last)
         # The convolutions and the fc layer, nearly all of the network's arithmetic, in
         # bfloat16 with --precision bfloat16, on the CPU's AMX or AVX-512 BF16 units: the
@@ -626,6 +681,22 @@ class Network(nn.Module):
     def initial_state(self, batch: int) -> torch.Tensor:
         """The core's state for ``batch`` envs at the start of their episodes (may be empty)."""
         return self.core.initial_state(batch)
+
+    @contextmanager
+    def fixed_weights(self) -> Iterator[None]:
+        """A span in which the parameters do not change: a worker's rollout, between its pull
+        and its first update. Inside it, a bfloat16 conv encoder's passes without gradient
+        read weights converted once on entry, where autocast converts them again on each call
+        (:meth:`ConvEncoder.fix_weights`); everything else runs as outside it. Changing the
+        parameters inside it would leave those passes on the old weights."""
+        convs = [m for m in self.modules() if isinstance(m, ConvEncoder)]
+        for m in convs:
+            m.fix_weights()
+        try:
+            yield
+        finally:
+            for m in convs:
+                m.release_weights()
 
     def _build_core(self, spec: ModelSpec, features: int) -> None:
         self.context_dim = spec.context_dim

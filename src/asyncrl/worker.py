@@ -362,7 +362,8 @@ class Worker:
         finished: list[Finished] = []
         length = self.T
         algo.begin_rollout(self.model, global_step)
-        with torch.no_grad():
+        # the parameters are the pull's until the rollout's first update
+        with torch.no_grad(), self.model.fixed_weights():
             for t in range(self.T):
                 buf.obs[t] = self.obs
                 valid = ~self.prev_done
