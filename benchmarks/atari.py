@@ -294,7 +294,8 @@ def versus_sb3(args: argparse.Namespace) -> None:
     print(f"\n{args.env}, {args.steps:,} agent steps each, median of {args.seeds} seeds:")
     print("| | training frames/s | steady-state frames/s | whole-process frames/s |")
     print("|---|---|---|---|")
-    ours_cmd = shlex.join([*A3C, *args.extra])  # the later --algo wins
+    # the later --algo wins: name only the one that ran
+    ours_cmd = shlex.join(args.extra if "--algo" in args.extra else [*A3C, *args.extra])
     print(f"| asyncrl `{ours_cmd}` (2 workers) | {' | '.join(f'{x:,.0f}' for x in a)} |")
     print(f"| SB3 A2C (rl-zoo's Atari settings) | {' | '.join(f'{x:,.0f}' for x in b)} |")
     print(f"| ratio | {' | '.join(f'{x / y:.2f}x' for x, y in zip(a, b, strict=True))} |")
