@@ -559,3 +559,80 @@ def test_a_wave_steps_only_the_envs_still_in_their_episode(core):
     # CartPole pays 1 a step: every step was a live episode's (the spare envs of the second
     # wave included: never stepped)
     assert Counted.steps == sum(returns)
+
+
+def test_the_default_schedule_keeps_the_screens_within_their_share_of_the_run(tmp_path):
+    """By default an evaluation is due every twentieth of --steps once the screens so far are
+    within EVAL_SHARE of the run's time so far: counted over the run, so a long screen delays
+    the next only until the run has caught up with it (paced on the last screen alone, one
+    40-second Pong screen held the next back 33 minutes). A confirmation's seconds do not
+    count, and a given --eval-every is paced on the steps alone. The count is in the
+    checkpoint, so a resumed run goes on with it."""
+    from asyncrl.supervisor import EVAL_SHARE, Supervisor
+
+    class FakeRun:
+        workers, step = 1, 0
+
+        def global_step(self):
+            return self.step
+
+        def checkpoint_state(self, _):
+            return None
+
+    class FakeEvaluator:
+        busy = False
+
+        def __init__(self):
+            self.asked, self.done = [], []
+
+        def submit(self, index, step, wall, snap):
+            self.asked.append(step)
+            return True
+
+        def results(self):
+            out, self.done = self.done, []
+            return out
+
+    def finished(step, screen, confirmed=False, seconds=None):
+        returns = (0.0,) * (100 if confirmed else 10)
+        return evaluation.Evaluation(
+            len(ev.asked) - 1, step, 0.0, returns, seconds or screen, None, None, confirmed, screen
+        )
+
+    def tick(step, at):
+        run.step, clock[0] = step, at
+        sup.maybe_evaluate()
+
+    clock = [0.0]
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000)  # every 100 steps
+    run, ev = FakeRun(), FakeEvaluator()
+    with Monitor(RunDir(tmp_path / "a"), cfg, target_return=None) as monitor:
+        monitor.elapsed = lambda: clock[0]  # type: ignore[method-assign]
+        sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev)  # type: ignore[arg-type]
+        tick(99, 10.0)
+        assert ev.asked == []  # not yet a twentieth of the steps
+        tick(100, 10.0)
+        assert ev.asked == [100]
+        ev.done = [finished(100, screen=10.0)]  # 10 s of screen at 10 s of run: 100%
+        tick(200, 10.0 / EVAL_SHARE - 1.0)
+        assert ev.asked == [100]  # the steps are due, the share is not
+        tick(200, 10.0 / EVAL_SHARE)
+        assert ev.asked == [100, 200]
+        # a confirmation's 100 episodes cost what the stop rule costs: its screen alone counts
+        ev.done = [finished(200, screen=5.0, confirmed=True, seconds=300.0)]
+        tick(300, 15.0 / EVAL_SHARE)
+        assert ev.asked == [100, 200, 300] and monitor.screen_seconds == 15.0
+        state = monitor.state_dict()
+    with Monitor(RunDir(tmp_path / "a"), cfg, target_return=None, state=state) as monitor:
+        assert monitor.screen_seconds == 15.0  # a resumed run goes on with the count
+    # --eval-every given: the steps alone, however long the screens
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=100)
+    run, ev = FakeRun(), FakeEvaluator()
+    with Monitor(RunDir(tmp_path / "b"), cfg, target_return=None) as monitor:
+        monitor.elapsed = lambda: clock[0]  # type: ignore[method-assign]
+        sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev)  # type: ignore[arg-type]
+        tick(100, 1.0)
+        ev.done = [finished(100, screen=60.0)]
+        tick(200, 2.0)
+        assert ev.asked == [100, 200]

@@ -21,7 +21,7 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     -265 to -169, the kept model -352 to -167 over 20 new episodes (with 10 passes: -278 to -165,
     -284 to -177). At 200k steps and 10 passes one run in 13 (seed 4) never evaluated above
     -350. The evaluations every 15k steps are given, as the V-trace CartPole test below gives
-    them: by default each also waits until the last one's seconds are 2% of the time since
+    them: by default they also keep their seconds within a share of the run's time
     (EVAL_SHARE), so a loaded machine makes them fewer. So given, seeds 0-5 (2026-11-29, an AMD
     Zen 3, two runs at once): 20-22 evaluations a run (10 where one solved and stopped early), the
     best -279 to -172, the kept model -250 to -171 over 20 new episodes; the test passed on
@@ -161,8 +161,8 @@ def test_a3c_with_vtrace_learns_cartpole(run_dir, seed):
     confirmed 475 within 1M steps it went on 5 seeds of 6 (seed 3 not). With the evaluations
     every 15k steps, seeds 0-3 kept models scoring 500 (2026-11-29, four runs at once on 2
     cores) and the test passed on seeds 1-5 (ASYNCRL_TEST_SEED=S, two at once). They are
-    given: by default each also waits until the last one's seconds are 2% of
-    the time since (EVAL_SHARE), so under the test suite's load a run of 300k steps got only a
+    given: by default they also keep their seconds within a share of the
+    run's time (EVAL_SHARE), so under the test suite's load a run of 300k steps got only a
     few, and once none of them fell where the policy was good (one failure in three suites)."""
     summary = asyncrl.train(
         algo="a3c", vtrace=True, backend="threads", workers=2, seed=seed, steps=300_000,

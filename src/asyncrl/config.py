@@ -116,8 +116,8 @@ class Config:
     """evaluate the global parameters every this many env steps, on envs of their own, without
     stalling the workers: rows of evaluations.csv, and the best parameters kept as
     best_model.pt (default: every twentieth of --steps, and no more often than keeps the
-    evaluations under 2% of the run's time). 0: only the evaluations --stop-on eval asks for
-    and one of the final parameters; 0 with --stop-on train: none"""
+    evaluations' screens within 5% of the run's time so far). 0: only the evaluations
+    --stop-on eval asks for and one of the final parameters; 0 with --stop-on train: none"""
     eval_episodes: int = 10
     """whole episodes (Atari: whole games with no-op starts) in each evaluation"""
     confirm_episodes: int = 100

@@ -105,6 +105,8 @@ class Monitor:
         self.evaluations = 0
         self.last_eval: float | None = None
         self.best_eval: tuple[float, int, int] | None = None  # mean, global step, episodes
+        # the screens' seconds in all: what the default schedule of evaluations paces itself on
+        self.screen_seconds = 0.0
         elapsed = 0.0
         if state is not None:
             self.returns.extend(state["returns"][-self.window :])
@@ -119,6 +121,7 @@ class Monitor:
             elapsed = state["elapsed"]
             self.evaluations = state.get("evaluations", 0)
             self.last_eval = state.get("last_eval")
+            self.screen_seconds = state.get("screen_seconds", 0.0)
             best = state.get("best_eval")
             if best is not None:
                 self.best_eval = (float(best[0]), int(best[1]), int(best[2]))
@@ -223,6 +226,7 @@ class Monitor:
         """Record an evaluation (a row of evaluations.csv, TensorBoard ``eval/*``); True when it
         is the best so far."""
         self.last_eval = mean = ev.mean  # (the supervisor counts evaluations as it asks)
+        self.screen_seconds += ev.screen_seconds
         row = [ev.index, ev.global_step, f"{ev.wall_seconds:.3f}", f"{mean:.6g}"]
         row += [f"{ev.std:.6g}", f"{min(ev.returns):.6g}", f"{max(ev.returns):.6g}"]
         row += [len(ev.returns), f"{ev.seconds:.3f}"]
@@ -303,6 +307,7 @@ class Monitor:
             "evaluations_bytes": self._eval_file.tell(),
             "evaluations": self.evaluations,
             "last_eval": self.last_eval,
+            "screen_seconds": self.screen_seconds,
             "best_eval": self.best_eval,
             "returns": list(self.returns),
             "episodes": self.episodes,

@@ -187,7 +187,9 @@ def play_episodes(
     their episode are stepped, and acted for: a Pong wave lasts as long as its longest game,
     up to 108,000 frames where a greedy policy stalls. A natively vectorized env steps all of
     them, and an ended episode is ignored until the wave ends. The same call gives the same
-    returns. Raises :class:`Stopped` at the first step after ``stop`` is set."""
+    returns. Raises :class:`Stopped` at the first step after ``stop`` is set. A bfloat16 conv
+    net acts on its weights converted once for the call (:meth:`Network.fixed_weights`), as a
+    worker's rollout does."""
     import gymnasium as gym
 
     from asyncrl.envs import reset_vec_env
@@ -195,30 +197,33 @@ def play_episodes(
     n = envs.num_envs
     separate = isinstance(envs, gym.vector.SyncVectorEnv)
     returns: list[float] = []
-    for start in range(0, len(seeds), n):
-        wave = seeds[start : start + n]
-        obs = reset_vec_env(envs, wave + [wave[-1] + 1 + i for i in range(n - len(wave))])
-        obs = np.array(obs)  # its rows are overwritten below; the vector env's buffer is not ours
-        policy.reset()  # each episode starts from a zero core state
-        totals = np.zeros(n)
-        rewards = np.zeros(n)  # each env's last (for a core that takes it)
-        live = np.arange(n) < len(wave)
-        while live.any():
-            if stop is not None and stop.is_set():
-                raise Stopped
-            if separate:
-                rows = np.flatnonzero(live)
-                actions = policy.act_rows(obs, rows, deterministic, rng, rewards)
-                for i, a in zip(rows, actions, strict=True):
-                    obs[i], rewards[i], term, trunc, _ = envs.envs[i].step(a)
-                    totals[i] += float(rewards[i])
-                    live[i] = not (term or trunc)
-            else:
-                actions = policy.act(obs, deterministic, rng, reward=rewards)
-                obs, rewards, term, trunc, _ = envs.step(actions)
-                totals += np.where(live, rewards, 0.0)
-                live &= ~(term | trunc)
-        returns.extend(totals[: len(wave)].tolist())
+    # the parameters stay as they are for the episodes: a bfloat16 conv net acts on weights
+    # converted once, as a worker's rollout does (Network.fixed_weights)
+    with policy.model.fixed_weights():
+        for start in range(0, len(seeds), n):
+            wave = seeds[start : start + n]
+            obs = reset_vec_env(envs, wave + [wave[-1] + 1 + i for i in range(n - len(wave))])
+            obs = np.array(obs)  # its rows are overwritten below; the vector env's are not ours
+            policy.reset()  # each episode starts from a zero core state
+            totals = np.zeros(n)
+            rewards = np.zeros(n)  # each env's last (for a core that takes it)
+            live = np.arange(n) < len(wave)
+            while live.any():
+                if stop is not None and stop.is_set():
+                    raise Stopped
+                if separate:
+                    rows = np.flatnonzero(live)
+                    actions = policy.act_rows(obs, rows, deterministic, rng, rewards)
+                    for i, a in zip(rows, actions, strict=True):
+                        obs[i], rewards[i], term, trunc, _ = envs.envs[i].step(a)
+                        totals[i] += float(rewards[i])
+                        live[i] = not (term or trunc)
+                else:
+                    actions = policy.act(obs, deterministic, rng, reward=rewards)
+                    obs, rewards, term, trunc, _ = envs.step(actions)
+                    totals += np.where(live, rewards, 0.0)
+                    live &= ~(term | trunc)
+            returns.extend(totals[: len(wave)].tolist())
     return returns
 
 

@@ -32,8 +32,13 @@ if TYPE_CHECKING:
     from asyncrl.evaluation import Evaluation, Evaluator
 
 
-#: with the default --eval-every, the most of a run's wall time its periodic evaluations take
-EVAL_SHARE = 0.02
+#: with the default --eval-every, the most of a run's wall time so far that its evaluations'
+#: screens may have taken. The evaluation is one thread beside the workers' (on 2 workers, one
+#: of three on two cores), so while it runs the workers lose about a third of their speed:
+#: under 2% of their work. Counted over the whole run, not from the last one: paced on the last
+#: screen alone (2% of the time since), one 40-second Pong screen at 13 minutes held the next
+#: back 33 minutes, and a 30-minute run evaluated twice, both early (docs/evaluation.md)
+EVAL_SHARE = 0.05
 
 
 class Ended(enum.Enum):
@@ -134,7 +139,6 @@ class Supervisor:
         self.write_checkpoint = write_checkpoint
         self.evaluator, self.save_best = evaluator, save_best
         self.last_eval_step = run.global_step()
-        self.last_eval_cost = (0.0, 0.0)  # (when the last one ended, its seconds): run time
         # --stop-on eval: the training mean reached the target, an evaluation is wanted; it is
         # asked for again only after a quarter of a window of new episodes (not back to back)
         self.eval_wanted = False
@@ -276,9 +280,8 @@ class Supervisor:
         due = every > 0 and step - self.last_eval_step >= every
         if due and self.cfg.eval_every is None:
             # the default interval also keeps evaluation's share of the run's time small: the
-            # next one waits until the last one's seconds are EVAL_SHARE of the time since
-            ended, seconds = self.last_eval_cost
-            due = self.monitor.elapsed() - ended >= seconds / EVAL_SHARE
+            # screens so far within EVAL_SHARE of the run's time so far
+            due = self.monitor.screen_seconds <= EVAL_SHARE * self.monitor.elapsed()
         wanted = self.eval_wanted and (
             self.monitor.episodes - self.eval_asked_at >= max(1, self.cfg.window // 4)
         )
@@ -309,8 +312,8 @@ class Supervisor:
             self.evaluator = None
             return
         # a confirmation is rare and its cost is the stop rule's: the periodic schedule paces
-        # itself on the screens alone (a 100-episode confirmation would hold it back 10x longer)
-        self.last_eval_cost = (self.monitor.elapsed(), result.screen_seconds)
+        # itself on the screens alone (a 100-episode confirmation would hold it back 10x
+        # longer), which the monitor adds up
         if self.monitor.evaluation(result) and self.save_best is not None:
             self.save_best(result)
         target = self.monitor.target
