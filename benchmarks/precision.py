@@ -11,6 +11,8 @@ A ratio under 1 is bfloat16 faster. A whole run's frames/s also counts the emula
 acting pass: measure it with `benchmarks/interleaved.py` (docs/atari.md#bfloat16). With
 ``--compile``, the float32 learning pass is also timed with the encoder under ``torch.compile``
 (PyTorch's inductor; docs/benchmarks.md#atari-a-faster-worker-step), after its compilation.
+With ``--layouts``, the learning pass on frames laid out as APPO's worker lays them out, NHWC
+against the first layer's space-to-depth form (docs/atari.md#the-first-layer-as-a-2x2-conv).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 from common import cpu
 
 from asyncrl.envs import ActionSpace
-from asyncrl.models import ActorCritic, ModelSpec, build_model
+from asyncrl.models import ActorCritic, ModelSpec, build_model, space_to_depth
 
 Precision = Literal["float32", "bfloat16"]
 
@@ -37,9 +39,12 @@ def time_pass(
     seed: int,
     n: int,
     compiled: bool = False,
+    layout: Literal["nchw", "nhwc", "s2d"] = "nchw",
 ) -> float:
     """Median seconds of ``n`` calls (after 3 warm-up calls, which compile the encoder where
-    ``compiled``) of one pass of a fresh network."""
+    ``compiled``) of one pass of a fresh network, on frames stored NCHW (the pass copies them
+    NHWC), or as APPO's worker hands them over: laid out once a rollout, NHWC or in the first
+    layer's space-to-depth form (``ConvEncoder.learning_layout``)."""
     torch.manual_seed(seed)
     spec = ModelSpec(
         "actor-critic",
@@ -54,6 +59,10 @@ def time_pass(
     if compiled:  # every pass reaches the (shared) encoder through this reference
         object.__setattr__(model, "_encode", torch.compile(model.encoder))
     obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)
+    if layout == "nhwc":
+        obs = obs.movedim(1, -1).contiguous().movedim(-1, 1)
+    elif layout == "s2d":
+        obs = torch.from_numpy(space_to_depth(obs.numpy(), 4)).movedim(-1, -3)
     state, first = model.initial_state(batch), torch.zeros(batch, dtype=torch.bool)
     times = []
     for _ in range(n + 3):
@@ -82,6 +91,11 @@ def main() -> None:
         action="store_true",
         help="also time the float32 learning pass with the encoder under torch.compile",
     )
+    p.add_argument(
+        "--layouts",
+        action="store_true",
+        help="also time the learning pass on frames laid out NHWC and in space-to-depth form",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     print(f"CPU: {cpu()}; {args.net} net, one thread, median of {args.seeds} seeds")
@@ -101,6 +115,22 @@ def main() -> None:
             f"{name}: float32 {ms['float32']:.2f} ms, bfloat16 {ms['bfloat16']:.2f} ms, "
             f"ratio {ratio:.2f}"
         )
+    if args.layouts:
+        for precision in ("float32", "bfloat16"):
+            ms = {
+                layout: 1e3
+                * statistics.median(
+                    time_pass(
+                        args.net, precision, args.batch, True, seed, args.calls, False, layout
+                    )
+                    for seed in range(args.seeds)
+                )
+                for layout in ("nhwc", "s2d")
+            }
+            print(
+                f"learning pass, {args.batch} frames laid out, {precision}: NHWC {ms['nhwc']:.2f}"
+                f" ms, space-to-depth {ms['s2d']:.2f} ms, ratio {ms['s2d'] / ms['nhwc']:.2f}"
+            )
     if args.compile:
         ms = {
             c: 1e3

@@ -195,8 +195,18 @@ def test_uint8_pixels_are_scaled_inside_the_network():
     torch.testing.assert_close(a, b)
 
 
+def _plain_nchw(enc, x: torch.Tensor) -> torch.Tensor:
+    """The encoder's features from its own parameters by plain NCHW float32 layers."""
+    import torch.nn.functional as F
+
+    y = x.float() / 255.0
+    for conv in enc.convs:
+        y = F.relu(F.conv2d(y, conv.weight, conv.bias, conv.stride))
+    return F.relu(F.linear(y.reshape(len(x), -1), enc.fc.weight, enc.fc.bias))
+
+
 @pytest.mark.parametrize("encoder", ["a3c", "nature"])
-def test_the_learning_pass_computes_what_plain_nchw_convolutions_compute(encoder):
+def test_the_learning_pass_computes_what_plain_nchw_convolutions_compute(encoder, monkeypatch):
     """The encoder runs its convs on NHWC memory when gradients are on (faster backward);
     the features and every parameter's gradient must be those of the plain NCHW layers."""
     import torch.nn.functional as F
@@ -206,31 +216,84 @@ def test_the_learning_pass_computes_what_plain_nchw_convolutions_compute(encoder
     enc = model.encoder
     x = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
     w = torch.randn(enc.out_dim)
-    layouts: list[bool] = []
-    first = enc.convs[0]
-    conv_forward = first._conv_forward
+    layouts: list[bool] = []  # each conv's input: NHWC or not
+    conv2d = F.conv2d
 
-    def recording(x, weight, bias):  # the first layer takes its scaled weights this way
+    def recording(x, weight, *args):
         layouts.append(x.is_contiguous(memory_format=torch.channels_last))
-        return conv_forward(x, weight, bias)
+        return conv2d(x, weight, *args)
 
-    first._conv_forward = recording
+    monkeypatch.setattr(F, "conv2d", recording)
     (enc(x) @ w).sum().backward()
     got = [p.grad.clone() for p in enc.parameters()]
     with torch.no_grad():
         acted = enc(x)
-    assert layouts == [True, False]  # NHWC to learn, NCHW to act
+    monkeypatch.undo()
+    n = len(enc.convs)
+    assert layouts == [True] * n + [False] * n  # NHWC to learn, NCHW to act
     enc.zero_grad()
-    y = x.float() / 255.0
-    for conv in enc.convs:
-        y = F.relu(F.conv2d(y, conv.weight, conv.bias, conv.stride))
-    ref = F.relu(F.linear(y.reshape(6, -1), enc.fc.weight, enc.fc.bias))
+    ref = _plain_nchw(enc, x)
     (ref @ w).sum().backward()
     torch.testing.assert_close(acted, ref.detach())
     # the two layouts sum in different orders: rounding apart (a seed whose pre-activation
     # lands within rounding of 0 flips that ReLU's gradient; seed 0 has none)
     for g, p in zip(got, enc.parameters(), strict=True):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_space_to_depth_moves_each_block_of_pixels_into_channels():
+    """Worked by hand: block (i, j) of size s x s of channel c lands at pixel (i, j), channel
+    c*s*s + dy*s + dx, for bytes and for wider elements (float32's 16-byte groups)."""
+    from asyncrl.models import space_to_depth
+
+    for dtype in (np.uint8, np.float32):
+        obs = np.arange(2 * 3 * 8 * 12).reshape(2, 3, 8, 12).astype(dtype)  # (N, C, H, W)
+        out = space_to_depth(obs, 4)
+        assert out.shape == (2, 2, 3, 48) and out.dtype == dtype
+        for n, c, y, x in np.ndindex(2, 3, 8, 12):
+            assert out[n, y // 4, x // 4, c * 16 + (y % 4) * 4 + x % 4] == obs[n, c, y, x]
+    assert space_to_depth(np.zeros((5, 7, 4, 84, 84), np.uint8), 4).shape == (5, 7, 21, 21, 64)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+@pytest.mark.parametrize("encoder", ["a3c", "nature"])
+def test_the_first_layer_on_space_to_depth_images_computes_the_8x8_conv(encoder, precision):
+    """APPO's learning pass reads ``learning_layout``'s images (each 4 x 4 block of pixels as
+    64 channels) with the first layer as a 2x2 conv of stride 1: the features and every
+    gradient must be those of the plain 8x8 conv of stride 4 on the env's images."""
+    torch.manual_seed(0)
+    enc = build_model(dataclass_replace(IMAGE, encoder=encoder, precision=precision)).encoder
+    obs = np.random.default_rng(0).integers(0, 256, (2, 3, 4, 84, 84), dtype=np.uint8)
+    layout = enc.learning_layout(obs)
+    assert layout is not None and layout.shape == (2, 3, 21, 21, 64)
+    w = torch.randn(enc.out_dim)
+    features = enc(torch.from_numpy(layout).movedim(-1, -3))
+    (features @ w).sum().backward()
+    got = [p.grad.clone() for p in enc.parameters()]
+    enc.zero_grad()
+    ref = _plain_nchw(enc, torch.from_numpy(obs).reshape(6, 4, 84, 84))
+    (ref @ w).sum().backward()
+    if precision == "float32":  # the same sums in another order
+        torch.testing.assert_close(features, ref.detach(), rtol=1e-4, atol=1e-4)
+        for g, p in zip(got, enc.parameters(), strict=True):
+            torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+    else:  # to bfloat16's precision, as the plain layout's (test below)
+        assert _rel(features.detach(), ref.detach()) < 0.02
+        for g, p in zip(got, enc.parameters(), strict=True):
+            assert _rel(g, p.grad) < 0.15
+
+
+def test_images_the_first_layer_cannot_tile_keep_the_plain_nhwc_layout():
+    """A first layer whose kernel is not twice its stride (MinAtar's 3x3/1) or an image that
+    is not a whole number of strides (86 = 4 x 21 + 2) learns from plain NHWC copies."""
+    from asyncrl.models import ConvEncoder
+
+    enc = ConvEncoder("a3c", (4, 86, 86), channels_last=False)
+    assert enc.s2d == 0
+    obs = np.random.default_rng(0).integers(0, 256, (3, 4, 86, 86), dtype=np.uint8)
+    np.testing.assert_array_equal(enc.learning_layout(obs), obs.transpose(0, 2, 3, 1))
+    assert ConvEncoder("minatar", (10, 10, 4), channels_last=True).s2d == 0
+    assert ConvEncoder("a3c", (4, 84, 84), channels_last=False).s2d == 4
 
 
 def test_gaussian_head_gives_mean_and_state_independent_log_std():

@@ -261,6 +261,37 @@ def conv_net_problem(name: str, obs_shape: tuple[int, ...], channels_last: bool)
     return None
 
 
+def space_to_depth(obs: np.ndarray, s: int) -> np.ndarray:
+    """Images ``(..., C, H, W)`` as ``(..., H/s, W/s, C*s*s)``: each s x s block of pixels
+    becomes one pixel of C*s*s channels (channel ``c*s*s + dy*s + dx``), stored NHWC. A conv
+    whose kernel is twice its stride s reads the result as a 2x2 conv of stride 1
+    (:func:`space_to_depth_weight`) with the same output: the first layer of the Atari nets
+    (8x8, stride 4), whose 4 input channels oneDNN computes poorly, then has 64
+    (docs/atari.md#the-first-layer-as-a-2x2-conv)."""
+    *lead, c, h, w = obs.shape
+    n = len(lead)
+    # a row's s adjacent pixels move together: copied as one element of s times their width,
+    # the transpose takes a quarter of the time of one moving single bytes (uint8 Atari: 10 ms
+    # against 32 for a 129 x 8-game rollout)
+    group = (
+        np.dtype(f"u{s * obs.itemsize}")
+        if s * obs.itemsize in (2, 4, 8)
+        else f"V{s * obs.itemsize}"
+    )
+    blocks = np.ascontiguousarray(obs).view(group).reshape(*lead, c, h // s, s, w // s)
+    moved = blocks.transpose(*range(n), n + 1, n + 3, n, n + 2)  # (..., H/s, W/s, C, dy)
+    return np.ascontiguousarray(moved).view(obs.dtype).reshape(*lead, h // s, w // s, c * s * s)
+
+
+def space_to_depth_weight(weight: torch.Tensor, s: int) -> torch.Tensor:
+    """A conv weight ``(O, C, 2s, 2s)`` of stride s as the ``(O, C*s*s, 2, 2)`` weight of
+    stride 1 that reads :func:`space_to_depth`'s images: kernel row ``ky = s*i + dy`` is row
+    i of the new kernel at channel ``c*s*s + dy*s + dx``."""
+    o, c = weight.shape[:2]
+    w = weight.reshape(o, c, 2, s, 2, s).permute(0, 1, 3, 5, 2, 4)  # (O, C, dy, dx, i, j)
+    return w.reshape(o, c * s * s, 2, 2)
+
+
 @dataclass
 class _FixedWeights:
     """A conv encoder's weights in bfloat16 for a span in which they do not change."""
@@ -294,6 +325,13 @@ class ConvEncoder(nn.Module):
             c, h, w = c_out, (h - k) // s + 1, (w - k) // s + 1
         self.convs = nn.ModuleList(convs)
         self.fc = _linear(c * h * w, fc, math.sqrt(2))
+        # the learning pass's first layer as a 2x2 conv on space_to_depth's images, where its
+        # kernel is twice its stride and the image a whole number of strides (the Atari nets)
+        _, k, s = layers[0]
+        c, h, w = (obs_shape[2], *obs_shape[:2]) if channels_last else obs_shape
+        fits = not channels_last and k == 2 * s > 2 and h % s == 0 and w % s == 0
+        self.s2d = s if fits else 0
+        self.s2d_shape = (c * s * s, h // s, w // s) if fits else None
         self.out_dim = fc
         self._fixed: _FixedWeights | None = None
 
@@ -341,7 +379,10 @@ class ConvEncoder(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.movedim(-1, -3) if self.channels_last else obs
         x = x.reshape(-1, *x.shape[-3:])
-        if self._fixed is not None and not torch.is_grad_enabled():
+        # images in learning_layout's space-to-depth form (their shape tells them apart: the
+        # env's own are (C, H, W)); the first layer reads them as a 2x2 conv of stride 1
+        s2d = self.s2d_shape is not None and tuple(x.shape[-3:]) == self.s2d_shape
+        if self._fixed is not None and not torch.is_grad_enabled() and not s2d:
             return self._fixed_forward(x, self._fixed)
         if torch.is_grad_enabled():
             # The learning pass: oneDNN's conv backward is several times faster on NHWC input
@@ -360,31 +401,36 @@ class ConvEncoder(nn.Module):
         first: nn.Conv2d
         first, *rest = self.convs  # type: ignore[assignment]
         with torch.autocast("cpu", torch.bfloat16) if self.in_bfloat16 else nullcontext():
+            weight, stride = first.weight, first.stride
+            if s2d:
+                weight, stride = space_to_depth_weight(weight, self.s2d), (1, 1)
             if x.dtype == torch.uint8:
                 # pixels 0-255 are exact in either precision: the 1/255 goes into the first
                 # layer's few weights instead of a pass over the batch (a tenth of a bfloat16
                 # learning pass)
                 dtype = torch.bfloat16 if self.in_bfloat16 else torch.float32
-                x = first._conv_forward(x.to(dtype), first.weight * (1.0 / 255.0), first.bias)
+                x, weight = x.to(dtype), weight * (1.0 / 255.0)
             else:
-                x = first(as_float(x))
-            x = F.relu(x)
+                x = as_float(x)
+            x = F.relu(F.conv2d(x, weight, first.bias, stride))
             for conv in rest:
                 x = F.relu(conv(x))
             x = F.relu(self.fc(x.flatten(1)))
         return x.float()
 
     def learning_layout(self, obs: np.ndarray) -> np.ndarray | None:
-        """``obs`` ``(..., C, H, W)`` copied into the layout the learning pass reads, NHWC
-        ``(..., H, W, C)``, for a caller that learns from the same frames several times (APPO's
-        epochs): a minibatch's change of layout took most of the third of a bfloat16 learning
-        pass that its input copies took in the profiler; once per rollout it costs a quarter of
-        that. On Pong, 2-5% more frames a second (docs/benchmarks.md, Pong in 30 minutes).
-        Index it, then ``movedim(-1, -3)``: :meth:`forward` takes the result without a copy.
-        None where the observations are NHWC already (MinAtar's)."""
+        """``obs`` ``(..., C, H, W)`` copied into the layout the learning pass reads, for a
+        caller that learns from the same frames several times (APPO's epochs), NHWC: a
+        minibatch's change of layout took most of the third of a bfloat16 learning pass that
+        its input copies took in the profiler; once per rollout it costs a quarter of that. On
+        Pong, 2-5% more frames a second (docs/benchmarks.md, Pong in 30 minutes). Where the
+        first layer fits (``s2d``), the copy is :func:`space_to_depth`'s, which the first
+        layer reads as a 2x2 conv. Index it, then ``movedim(-1, -3)``: :meth:`forward` takes
+        the result without a copy. None where the observations are NHWC already (MinAtar's)."""
         if self.channels_last:
             return None
-        # torch's strided copy is about twice numpy's for this transpose (29 MB a Pong rollout)
+        if self.s2d:
+            return space_to_depth(obs, self.s2d)
         return torch.from_numpy(obs).movedim(-3, -1).contiguous().numpy()
 
 

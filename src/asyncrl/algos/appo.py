@@ -224,7 +224,8 @@ class APPO(A3C):
             return params[:-1], values[:-1]
         if learn_obs is None:
             obs = torch.from_numpy(rollout.obs[times, envs])
-        else:  # a view with NHWC strides of the NCHW shape: the encoder copies nothing
+        else:  # a view with NHWC strides of an NCHW shape (the first layer's space-to-depth
+            # images on Atari): the encoder copies nothing
             obs = torch.from_numpy(learn_obs[times, envs]).movedim(-1, -3)
         first = torch.from_numpy(rollout.first[times, envs])
         context = torch.from_numpy(rollout.context[times, envs])
