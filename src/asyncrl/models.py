@@ -319,19 +319,18 @@ class ConvEncoder(nn.Module):
         self.in_bfloat16 = precision == "bfloat16"
         c, h, w = (obs_shape[2], *obs_shape[:2]) if channels_last else obs_shape
         layers, fc = _CONV_NETS[name]
+        # the learning pass's first layer as a 2x2 conv on space_to_depth's images, where its
+        # kernel is twice its stride and the image a whole number of strides (the Atari nets)
+        _, k, s = layers[0]
+        fits = not channels_last and k == 2 * s > 2 and h % s == 0 and w % s == 0
+        self.s2d = s if fits else 0
+        self.s2d_shape = (c * s * s, h // s, w // s) if fits else None
         convs = []
         for c_out, k, s in layers:
             convs.append(_conv(c, c_out, k, s))
             c, h, w = c_out, (h - k) // s + 1, (w - k) // s + 1
         self.convs = nn.ModuleList(convs)
         self.fc = _linear(c * h * w, fc, math.sqrt(2))
-        # the learning pass's first layer as a 2x2 conv on space_to_depth's images, where its
-        # kernel is twice its stride and the image a whole number of strides (the Atari nets)
-        _, k, s = layers[0]
-        c, h, w = (obs_shape[2], *obs_shape[:2]) if channels_last else obs_shape
-        fits = not channels_last and k == 2 * s > 2 and h % s == 0 and w % s == 0
-        self.s2d = s if fits else 0
-        self.s2d_shape = (c * s * s, h // s, w // s) if fits else None
         self.out_dim = fc
         self._fixed: _FixedWeights | None = None
 
