@@ -63,6 +63,8 @@ def time_pass(
         obs = obs.movedim(1, -1).contiguous().movedim(-1, 1)
     elif layout == "s2d":
         obs = torch.from_numpy(space_to_depth(obs.numpy(), 4)).movedim(-1, -3)
+    # the learning pass takes the images the layout gives, in either precision
+    model.encoder.use_space_to_depth(layout == "s2d")
     state, first = model.initial_state(batch), torch.zeros(batch, dtype=torch.bool)
     times = []
     for _ in range(n + 3):
