@@ -12,7 +12,8 @@ acting pass: measure it with `benchmarks/interleaved.py` (docs/atari.md#bfloat16
 ``--compile``, the float32 learning pass is also timed with the encoder under ``torch.compile``
 (PyTorch's inductor; docs/benchmarks.md#atari-a-faster-worker-step), after its compilation.
 With ``--layouts``, the learning pass on frames laid out as APPO's worker lays them out, NHWC
-against the first layer's space-to-depth form (docs/atari.md#the-first-layer-as-a-2x2-conv).
+against the first layer's space-to-depth form (docs/atari.md#the-first-layer-as-a-2x2-conv);
+``--precisions float32`` times float32 alone, on a CPU that would emulate bfloat16.
 """
 
 from __future__ import annotations
@@ -63,8 +64,6 @@ def time_pass(
         obs = obs.movedim(1, -1).contiguous().movedim(-1, 1)
     elif layout == "s2d":
         obs = torch.from_numpy(space_to_depth(obs.numpy(), 4)).movedim(-1, -3)
-    # the learning pass takes the images the layout gives, in either precision
-    model.encoder.use_space_to_depth(layout == "s2d")
     state, first = model.initial_state(batch), torch.zeros(batch, dtype=torch.bool)
     times = []
     for _ in range(n + 3):
@@ -89,6 +88,14 @@ def main() -> None:
     p.add_argument("--act-batch", type=int, default=8, help="games a worker acts for (APPO: 8)")
     p.add_argument("--calls", type=int, default=20, help="timed calls a seed and variant")
     p.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=["float32", "bfloat16"],
+        default=["float32", "bfloat16"],
+        help="the precisions to time (bfloat16 emulated on a CPU without its units takes "
+        "minutes); the ratio is printed where both are",
+    )
+    p.add_argument(
         "--compile",
         action="store_true",
         help="also time the float32 learning pass with the encoder under torch.compile",
@@ -106,19 +113,18 @@ def main() -> None:
         (f"act forward, {args.act_batch} games", args.act_batch, False),
     ):
         ms = {}
-        for precision in ("float32", "bfloat16"):
+        for precision in args.precisions:
             runs = [
                 time_pass(args.net, precision, batch, grad, seed, args.calls)
                 for seed in range(args.seeds)
             ]
             ms[precision] = 1e3 * statistics.median(runs)
-        ratio = ms["bfloat16"] / ms["float32"]
-        print(
-            f"{name}: float32 {ms['float32']:.2f} ms, bfloat16 {ms['bfloat16']:.2f} ms, "
-            f"ratio {ratio:.2f}"
-        )
+        line = ", ".join(f"{k} {v:.2f} ms" for k, v in ms.items())
+        if len(ms) == 2:
+            line += f", ratio {ms['bfloat16'] / ms['float32']:.2f}"
+        print(f"{name}: {line}")
     if args.layouts:
-        for precision in ("float32", "bfloat16"):
+        for precision in args.precisions:
             ms = {
                 layout: 1e3
                 * statistics.median(
@@ -147,7 +153,8 @@ def main() -> None:
             f"torch.compile {ms[True]:.2f} ms, ratio {ms[True] / ms[False]:.2f}"
         )
     flags = " ".join(
-        f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f" {v}")
+        f"--{k.replace('_', '-')}"
+        + ("" if isinstance(v, bool) else f" {' '.join(v) if isinstance(v, list) else v}")
         for k, v in vars(args).items()
         if v is not False
     )

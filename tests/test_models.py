@@ -263,7 +263,6 @@ def test_the_first_layer_on_space_to_depth_images_computes_the_8x8_conv(encoder,
     gradient must be those of the plain 8x8 conv of stride 4 on the env's images."""
     torch.manual_seed(0)
     enc = build_model(dataclass_replace(IMAGE, encoder=encoder, precision=precision)).encoder
-    enc.use_space_to_depth(True)  # float32's default is NHWC (test below)
     obs = np.random.default_rng(0).integers(0, 256, (2, 3, 4, 84, 84), dtype=np.uint8)
     layout = enc.learning_layout(obs)
     assert layout is not None and layout.shape == (2, 3, 21, 21, 64)
@@ -293,31 +292,8 @@ def test_images_the_first_layer_cannot_tile_keep_the_plain_nhwc_layout():
     assert enc.s2d == 0
     obs = np.random.default_rng(0).integers(0, 256, (3, 4, 86, 86), dtype=np.uint8)
     np.testing.assert_array_equal(enc.learning_layout(obs), obs.transpose(0, 2, 3, 1))
-    assert ConvEncoder("minatar", (10, 10, 4), channels_last=True, precision="bfloat16").s2d == 0
-    assert ConvEncoder("a3c", (4, 84, 84), channels_last=False, precision="bfloat16").s2d == 4
-
-
-def test_space_to_depth_is_the_bfloat16_learning_passs_form_only():
-    """The form is faster in bfloat16 and slower in float32 on an AVX2 CPU: float32 encoders
-    learn from plain NHWC copies unless told otherwise, and a first layer that does not fit
-    stays plain when asked."""
-    from asyncrl.models import ConvEncoder, space_to_depth
-
-    obs = np.random.default_rng(0).integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
-    f32 = ConvEncoder("a3c", (4, 84, 84), channels_last=False)
-    assert f32.s2d == 0 and f32.s2d_shape is None
-    np.testing.assert_array_equal(f32.learning_layout(obs), obs.transpose(0, 2, 3, 1))
-    f32.use_space_to_depth(True)
-    assert (f32.s2d, f32.s2d_shape) == (4, (64, 21, 21))
-    np.testing.assert_array_equal(f32.learning_layout(obs), space_to_depth(obs, 4))
-    bf16 = ConvEncoder("nature", (4, 84, 84), channels_last=False, precision="bfloat16")
-    assert (bf16.s2d, bf16.s2d_shape) == (4, (64, 21, 21))
-    bf16.use_space_to_depth(False)
-    assert bf16.s2d == 0
-    np.testing.assert_array_equal(bf16.learning_layout(obs), obs.transpose(0, 2, 3, 1))
-    odd = ConvEncoder("a3c", (4, 86, 86), channels_last=False, precision="bfloat16")
-    odd.use_space_to_depth(True)
-    assert odd.s2d == 0
+    assert ConvEncoder("minatar", (10, 10, 4), channels_last=True).s2d == 0
+    assert ConvEncoder("a3c", (4, 84, 84), channels_last=False).s2d == 4
 
 
 def test_gaussian_head_gives_mean_and_state_independent_log_std():

@@ -319,15 +319,12 @@ class ConvEncoder(nn.Module):
         self.in_bfloat16 = precision == "bfloat16"
         c, h, w = (obs_shape[2], *obs_shape[:2]) if channels_last else obs_shape
         layers, fc = _CONV_NETS[name]
-        # the learning pass's first layer can be a 2x2 conv on space_to_depth's images where
-        # its kernel is twice its stride and the image a whole number of strides (the Atari
-        # nets)
+        # the learning pass's first layer as a 2x2 conv on space_to_depth's images, where its
+        # kernel is twice its stride and the image a whole number of strides (the Atari nets)
         _, k, s = layers[0]
         fits = not channels_last and k == 2 * s > 2 and h % s == 0 and w % s == 0
-        self._s2d_fit: tuple[int, tuple[int, int, int]] | None = (
-            (s, (c * s * s, h // s, w // s)) if fits else None
-        )
-        self.use_space_to_depth(self.in_bfloat16)
+        self.s2d = s if fits else 0
+        self.s2d_shape = (c * s * s, h // s, w // s) if fits else None
         convs = []
         for c_out, k, s in layers:
             convs.append(_conv(c, c_out, k, s))
@@ -336,15 +333,6 @@ class ConvEncoder(nn.Module):
         self.fc = _linear(c * h * w, fc, math.sqrt(2))
         self.out_dim = fc
         self._fixed: _FixedWeights | None = None
-
-    def use_space_to_depth(self, on: bool) -> None:
-        """Whether the learning pass reads the images in :func:`space_to_depth`'s form (where
-        the first layer fits; ``s2d`` 0 where not). By default in bfloat16 only: there the
-        pass took 0.80-0.91 of the NHWC pass's time, in float32 1.03-1.05 on an AVX2 CPU,
-        where float32 is the default (docs/atari.md#the-first-layer-as-a-2x2-conv)."""
-        fit = self._s2d_fit if on else None
-        self.s2d: int = fit[0] if fit is not None else 0
-        self.s2d_shape: tuple[int, int, int] | None = fit[1] if fit is not None else None
 
     def fix_weights(self) -> None:
         """Until :meth:`release_weights`, the passes without gradient read bfloat16 copies of

@@ -299,21 +299,19 @@ def test_epsilon_greedy_log_probabilities():
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_the_rollouts_frames_laid_out_once_give_the_same_minibatch_loss(precision):
-    """A conv net's learning pass reads NHWC frames, on Atari in bfloat16 each 4 x 4 block of
-    pixels as 64 channels (the first layer then a 2x2 conv): APPO lays the rollout out so once
-    (its first minibatch), and every minibatch then reaches the encoder as a view of it, with
-    the loss, its statistics and its gradient those of the frames taken from the rollout as
-    stored, to the rounding of the other order of the first layer's sums."""
+    """A conv net's learning pass reads NHWC frames, on Atari each 4 x 4 block of pixels as 64
+    channels (the first layer then a 2x2 conv): APPO lays the rollout out so once (its first
+    minibatch), and every minibatch then reaches the encoder as a view of it, with the loss,
+    its statistics and its gradient those of the frames taken from the rollout as stored, to
+    the rounding of the other order of the first layer's sums."""
     atari = EnvInfo("Test-v0", (4, 84, 84), "uint8", ActionSpace("discrete", 6))
     appo, model = algo_and_model(APPO, atari, epochs=1, minibatches=2, precision=precision)
     ro = random_rollout(atari)
     ro.obs[:] = np.random.default_rng(1).integers(0, 256, ro.obs.shape)
     once = appo.prepare(model, ro)
     laid_out = once[-1]
-    # bfloat16's learning pass reads the space-to-depth form, float32's plain NHWC
-    s2d = precision == "bfloat16"
-    expected = space_to_depth(ro.obs, 4) if s2d else ro.obs.transpose(0, 1, 3, 4, 2)
-    assert laid_out is not None and np.array_equal(laid_out, expected)
+    assert laid_out is not None and laid_out.shape == (6, 4, 21, 21, 64)
+    assert np.array_equal(laid_out, space_to_depth(ro.obs, 4))
     times, envs = np.array([[0, 4, 2, 1]]), np.array([[1, 3, 0, 1]])
     seen = []
     encode = model._encode
@@ -328,8 +326,7 @@ def test_the_rollouts_frames_laid_out_once_give_the_same_minibatch_loss(precisio
         grads.append(flat_grad(model).clone())
     laid, stored = seen
     assert laid.is_contiguous(memory_format=torch.channels_last)  # no copy left to make
-    stored_laid = space_to_depth(stored.numpy(), 4) if s2d else stored.movedim(-3, -1).numpy()
-    assert torch.equal(laid.movedim(-3, -1), torch.from_numpy(stored_laid))
+    assert torch.equal(laid.movedim(-3, -1), torch.from_numpy(space_to_depth(stored.numpy(), 4)))
     assert stats[0].keys() == stats[1].keys()
     # float32: the same sums in another order; bfloat16: each layer's output rounded to 8
     # bits of mantissa either way
