@@ -259,6 +259,26 @@ SUITES: dict[str, list[Task]] = {
             baseline="rl-zoo A2C, tuned: 300 at 5M steps (one run, its benchmark table)",
         ),
     ],
+    # memory (the recurrent cores' learning test, tests/test_learning.py): CartPole with its
+    # velocities removed, which a recurrent core must infer from the positions it has seen; the
+    # stop rule's confirmed evaluation at 150 is three times the best an MLP gets without
+    # memory (the control, run for the LSTM's longest measured budget). CI trains the LSTM
+    # (the paper's recurrent agent) and the control; the GRU's learning is measured here.
+    "memory": [
+        Task(
+            f"CartPoleNoVelocity {name}",
+            "tests.envs_for_tests:asyncrl-test/CartPoleNoVelocity-v1",
+            150.0,
+            ("--workers", "2", *args),
+            eval_episodes=100,
+            baseline=baseline,
+        )
+        for name, args, baseline in [
+            ("LSTM", ("--core", "lstm", "--steps", "2500000"), "the MLP below: about 45"),
+            ("GRU", ("--core", "gru", "--steps", "2500000"), "the MLP below: about 45"),
+            ("MLP", ("--steps", "600000"), "control: without memory it must stay near 45"),
+        ]
+    ],
     "mujoco": [
         Task(
             "HalfCheetah-v5",
