@@ -117,9 +117,9 @@ def test_appo_learns_pendulum_with_a_gaussian_policy(run_dir, seed):
     """Box actions: APPO with the control preset (picked from the env) takes Pendulum-v1 from
     random play (about -1,200) to a confirmed -300 (the stop rule: a greedy screen of 10
     episodes, then 100 new ones whose mean less two standard errors passes it), in 5 passes
-    over each rollout where the preset takes 10. -300 is a pendulum swung up and held in
-    nearly every episode (-200 counts as solved); it is asserted rather than a solve at -200,
-    which the best evaluation of 300k steps passed on some seeds only (-265 to -169 on seeds
+    over each rollout where the preset takes 10. -300 is a quarter of random play's cost
+    (-200 counts as solved); it is asserted rather than a solve at -200, which the best
+    evaluation of 300k steps passed on some seeds only (-265 to -169 on seeds
     0-5, 2026-11-27, an Intel Xeon): its greedy evaluations swing by 100 and more. Measured
     with 2 workers (2026-12-02, an AMD Zen 1, alone) on seeds 0-5: confirmed in 54k-157k
     steps (20-47 s a run), the best evaluation -243 to -214, the kept model -243 to -182
