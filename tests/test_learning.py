@@ -88,15 +88,23 @@ def test_the_previous_action_and_reward_find_the_arm_that_pays(run_dir, seed):
     greedy policy left arm 0 after it paid. Hence the option needs a recurrent core. A3C with
     the LSTM and the cartpole preset did not learn it either (10.0 and 9.8 after 1.5M steps,
     seeds 0 and 1; 12.4 at 1M with --lr 7e-4): its policy stopped depending on the context.
-    Measured on seeds 0-5 (2026-11-29, an AMD Zen 3): confirmed in 45k-102k steps, the kept
-    models 18.8-19.6 over 100 new episodes; the control's last 100 games 9.2-12.6."""
+    The greedy policy passes 18 well before the training games' sampled one does, so the
+    screens come every 5k steps, given (the default is every 15k): on seed 0 a screen at
+    every 15k confirmed at 57k steps, and a run with 2 passes a rollout at 166k (2026-12-02,
+    an AMD Zen 1). So given, seeds 0-5 (2026-12-02, the Zen 1, alone): confirmed in 15k-72k
+    steps (19-71 s), the confirmations 18.35-19.49, the kept models 18.26-19.58 over 100 new
+    episodes; with a screen every 15k (2026-11-29, an AMD Zen 3) 45k-102k steps and 18.8-19.6.
+    The control's last 100 games 9.2-12.6 (2026-11-29)."""
     summary = asyncrl.train(
         env=GUESS, algo="appo", core="lstm", prev_action_reward=True, workers=2, seed=seed,
-        steps=STEPS_TO_GUESS, target_return=18.0, run_dir=str(run_dir), progress=False,
+        steps=STEPS_TO_GUESS, eval_every=5_000, target_return=18.0, run_dir=str(run_dir),
+        progress=False,
     )  # fmt: skip
     assert summary["solved"], summary
     returns = asyncrl.evaluate(run_dir, episodes=100, seed=10**6)  # Policy passes the rewards
-    assert sum(returns) / len(returns) >= 18, returns
+    # 17, not the confirmed 18: 100 new games regress from the confirmation's selected ones
+    # (18.26 twice of 6 above), and a policy blind to the arm scores 10 +- 1 over 100 games
+    assert sum(returns) / len(returns) >= 17, returns
 
 
 @pytest.mark.slow
