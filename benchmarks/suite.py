@@ -270,7 +270,6 @@ SUITES: dict[str, list[Task]] = {
             "tests.envs_for_tests:asyncrl-test/CartPoleNoVelocity-v1",
             150.0,
             ("--workers", "2", *args),
-            eval_episodes=100,
             baseline=baseline,
         )
         for name, args, baseline in [
