@@ -340,6 +340,17 @@ def test_a_pong_hour_is_the_five_games_pong_hour_with_one_step_budget(tmp_path):
     assert cmd[cmd.index("--lr-schedule") + 1] == "linear"
 
 
+def test_the_annealed_hours_are_the_five_games_with_one_step_budget(tmp_path):
+    """atari5-lr-linear is atari5 with the anneal's args, its 10M steps the only budget."""
+    hours, annealed = suite.SUITES["atari5"], suite.SUITES["atari5-lr-linear"]
+    assert [t.name for t in annealed] == [t.name for t in hours]
+    for t, u in zip(hours, annealed, strict=True):
+        assert (u.extras, u.target, u.human, u.env) == (t.extras, t.target, t.human, t.env)
+        cmd = suite.command(u, 0, tmp_path)
+        assert cmd.count("--steps") == 1 and cmd[cmd.index("--steps") + 1] == "10000000"
+        assert cmd[cmd.index("--lr-schedule") + 1] == "linear" and "--eval-every" in cmd
+
+
 def test_a_sweep_over_the_backends_gives_the_ray_only_options_to_ray_alone():
     """Another backend refuses them: ``throughput.py --backends processes ray -- --ray-pipeline
     0`` (and ``atari.py throughput``) give the processes cells the rest."""
