@@ -328,7 +328,7 @@ SUITES: dict[str, list[Task]] = {
     # the paper's five games (Figure 1), an hour each on this machine: 5 hours a seed
     "atari5": [atari_hour(g) for g in PAPER_A3C],
     # the same hours with the preset's A3C (`--algo a3c`): the paper's own learner beside APPO
-    "atari5-a3c": [replace(t, args=(*t.args, "--algo", "a3c")) for t in map(atari_hour, PAPER_A3C)],
+    "atari5-a3c": [with_args(atari_hour(g), "--algo", "a3c") for g in PAPER_A3C],
     # the same hours with Adam's rate annealed over 10M agent steps: Pong's hour scored 19.9
     # and 20.78 with it (seeds 0 and 1) where the defaults' scored 17.67 and 19.74; is it one
     # setting for all five?
