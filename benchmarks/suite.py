@@ -8,6 +8,7 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py lstm --seeds 3      # Pong with --core lstm: up to 3 hours
     python benchmarks/suite.py atari5-a3c --seeds 1  # the five games, an hour each, A3C
     python benchmarks/suite.py atari5-lr-linear --seeds 3  # the five games, Adam's rate annealed
+    python benchmarks/suite.py atari5-lr-linear20 --seeds 3  # the same, annealed over 20M steps
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from asyncrl.config import Config
 from asyncrl.models import ActorCritic, flat_grad, flatten_parameters
 from asyncrl.optim import (
     SharedAdam,
@@ -14,6 +15,7 @@ from asyncrl.optim import (
     linear_lr,
     make_optimizer,
     rms_start,
+    scheduled_lr,
 )
 from tests.oracles import GradientAccumulator, forward, mlp_spec
 
@@ -140,6 +142,14 @@ def test_linear_lr_anneals_to_zero():
     assert linear_lr(1.0, 25, 100) == pytest.approx(0.75)
     assert linear_lr(1.0, 100, 100) == 0.0
     assert linear_lr(1.0, 150, 100) == 0.0
+
+
+def test_scheduled_lr_follows_the_configured_schedule():
+    linear = Config(env="CartPole-v1", lr=2.0, steps=400, lr_schedule="linear")
+    assert scheduled_lr(linear, 100) == pytest.approx(1.5)
+    assert scheduled_lr(linear, 400) == 0.0
+    constant = Config(env="CartPole-v1", lr=2.0, steps=400, lr_schedule="constant")
+    assert scheduled_lr(constant, 300) == 2.0
 
 
 def test_clip_grad_norm():

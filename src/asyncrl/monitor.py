@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from asyncrl.config import Config
 from asyncrl.messages import Finished, StatSums
-from asyncrl.optim import linear_lr
+from asyncrl.optim import scheduled_lr
 from asyncrl.rundir import RunDir, write_atomically
 from asyncrl.tbevents import ScalarWriter
 
@@ -252,10 +252,7 @@ class Monitor:
             acc[1] += n
 
     def learning_rate(self) -> float:
-        cfg = self.cfg
-        if cfg.lr_schedule == "constant":
-            return cfg.lr
-        return linear_lr(cfg.lr, self.global_step, cfg.steps)
+        return scheduled_lr(self.cfg, self.global_step)
 
     def write_metrics(self) -> None:
         """One row of metrics.csv: global_step, wall_seconds, then each statistic's mean over

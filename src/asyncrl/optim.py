@@ -157,6 +157,14 @@ def linear_lr(lr: float, step: int, total_steps: int) -> float:
     return lr * max(0.0, 1.0 - step / total_steps)
 
 
+def scheduled_lr(cfg: Config, step: int) -> float:
+    """The rate ``cfg``'s schedule gives at global step ``step``: the one place the updates
+    and the logged ``train/learning_rate`` read it from, so the two cannot disagree."""
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    return linear_lr(cfg.lr, step, cfg.steps)
+
+
 def clip_grad_norm_(grad: torch.Tensor, max_norm: float) -> float:
     """Scale the flat gradient in place to norm <= max_norm; return the norm before clipping."""
     norm = float(grad.norm())

@@ -21,7 +21,7 @@ from asyncrl.models import (
     flatten_parameters,
     obs_stats_of,
 )
-from asyncrl.optim import SharedOptimizer, linear_lr, make_optimizer
+from asyncrl.optim import SharedOptimizer, make_optimizer, scheduled_lr
 
 # Rows of the counters (one column per worker: each worker writes its own, lock-free).
 STEPS, EPISODES, NONFINITE = 0, 1, 2
@@ -101,7 +101,7 @@ class GlobalState:
     # ------------------------------------------------------------------ updates
     def apply_update(self, cfg: Config, grad: torch.Tensor, global_step: int) -> float:
         """One asynchronous update (every store applies it this way); returns the lr used."""
-        lr = cfg.lr if cfg.lr_schedule == "constant" else linear_lr(cfg.lr, global_step, cfg.steps)
+        lr = scheduled_lr(cfg, global_step)
         self.optimizer.step(grad, lr)
         if self.target_params is not None:
             # theta^- is refreshed once per target_update period, whoever sees the period
