@@ -9,6 +9,7 @@ report of the distribution (docs/suite-NAME.md and its plots).
     python benchmarks/suite.py atari5-a3c --seeds 1  # the five games, an hour each, A3C
     python benchmarks/suite.py atari5-lr-linear --seeds 3  # the five games, Adam's rate annealed
     python benchmarks/suite.py atari5-lr-linear20 --seeds 3  # the same, annealed over 20M steps
+    python benchmarks/suite.py atari5-lr-hold --seeds 3  # the rate held, then annealed
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
 
@@ -181,6 +182,10 @@ _LR_LINEAR = ("--lr-schedule", "linear", "--steps", "10000000")
 #: the same anneal over 20M agent steps (80M frames): about 60% of 2.5e-4 at the hour's end
 #: on this machine, where the 10M anneal's 20-40% held BeamRider on its plateau for 15M frames
 _LR_LINEAR20 = ("--lr-schedule", "linear", "--steps", "20000000")
+#: the rate held at 2.5e-4 for the first 4M agent steps (16M frames: about the first half-hour
+#: on this machine, where BeamRider leaves its plateau), then linearly to 0 at 8M (32M frames;
+#: a CPU faster than 8,900 frames/s ends the run at that budget, before the hour)
+_LR_HOLD = ("--lr-schedule", "linear", "--steps", "8000000", "--lr-anneal-from", "0.5")
 
 
 SUITES: dict[str, list[Task]] = {
@@ -340,6 +345,9 @@ SUITES: dict[str, list[Task]] = {
     # the anneal over 20M agent steps: BeamRider scored 1,759.8 and 1,180.0 with the 10M one
     # (seeds 0, 1), where the defaults' three scored 3,147.6-3,614.8; a milder anneal for both?
     "atari5-lr-linear20": [with_args(atari_hour(g), *_LR_LINEAR20) for g in PAPER_A3C],
+    # the rate held for the first half of the budget, then annealed (BeamRider climbs with the
+    # full rate until the hour's end, Pong's last points want a small one): one setting?
+    "atari5-lr-hold": [with_args(atari_hour(g), *_LR_HOLD) for g in PAPER_A3C],
     # issue #28's Pong target (18 within 30 minutes on every seed), one task per setting on
     # the atari preset (A3C; APPO in float32 in PPO's 4 passes of 4 minibatches, and 2 of 4),
     # the defaults on the machine at hand (2 passes of 8) and variants of them: 7.5 hours a seed
@@ -436,6 +444,8 @@ SUITES: dict[str, list[Task]] = {
         pong_hour("lr-linear", *_LR_LINEAR),
         # the milder anneal (atari5-lr-linear20): does Pong keep the 10M anneal's 20?
         pong_hour("lr-linear20", *_LR_LINEAR20),
+        # held, then annealed (atari5-lr-hold)
+        pong_hour("lr-hold", *_LR_HOLD),
         # the Nature DQN net (32-64-64 filters, 512 units) that CleanRL's and SB3's PPO use on
         # Atari, for the A3C paper's (16-32, 256): in the hour the games at odd no-op counts
         # stall while the even ones stand near +20 (docs/benchmarks.md#pong-defaults-hour);

@@ -214,6 +214,11 @@ QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-prog
         (["--time-limit", "inf"], "--time-limit: give a positive time"),
         (["--rms-init", "-1"], "--rms-init: must be >= 0, got -1.0"),
         (["--rms-init", "nan"], "--rms-init: must be a finite number"),
+        (["--lr-anneal-from", "1"], "--lr-anneal-from: must be in [0, 1), got 1.0"),
+        (
+            ["--lr-anneal-from", "0.5", "--lr-schedule", "constant"],
+            "--lr-anneal-from: applies to --lr-schedule linear only",
+        ),
         # argparse reads '-1e-3' and '-5s' as options, so it says only that the value is
         # missing: the error names the '=' form, under which the value's own check speaks
         # (values that no version of argparse reads as numbers: 3.14 reads '-1e-3' as one)

@@ -142,12 +142,19 @@ def test_linear_lr_anneals_to_zero():
     assert linear_lr(1.0, 25, 100) == pytest.approx(0.75)
     assert linear_lr(1.0, 100, 100) == 0.0
     assert linear_lr(1.0, 150, 100) == 0.0
+    # held for the first 60 steps, then 1 -> 0 over the last 40: a quarter of the way at 70
+    assert linear_lr(1.0, 60, 100, hold=0.6) == 1.0
+    assert linear_lr(1.0, 70, 100, hold=0.6) == pytest.approx(0.75)
+    assert linear_lr(1.0, 100, 100, hold=0.6) == 0.0
 
 
 def test_scheduled_lr_follows_the_configured_schedule():
     linear = Config(env="CartPole-v1", lr=2.0, steps=400, lr_schedule="linear")
     assert scheduled_lr(linear, 100) == pytest.approx(1.5)
     assert scheduled_lr(linear, 400) == 0.0
+    held = Config(env="CartPole-v1", lr=2.0, steps=400, lr_anneal_from=0.5)
+    assert scheduled_lr(held, 200) == 2.0
+    assert scheduled_lr(held, 300) == pytest.approx(1.0)
     constant = Config(env="CartPole-v1", lr=2.0, steps=400, lr_schedule="constant")
     assert scheduled_lr(constant, 300) == 2.0
 

@@ -182,6 +182,10 @@ class Config:
     """learning rate (annealed linearly to 0 over the step budget unless --lr-schedule constant)"""
     lr_schedule: Literal["linear", "constant"] = "linear"
     """learning-rate schedule over the step budget (paper: linear)"""
+    lr_anneal_from: float = 0.0
+    """--lr-schedule linear: the fraction of --steps over which the rate holds at --lr before
+    its linear fall to 0 at --steps (0: it falls from the first step, the paper's schedule);
+    for a run whose early progress needs the full rate and whose last points need a small one"""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """shared optimizer: statistics shared by all workers"""
     rms_alpha: float = 0.99
@@ -538,6 +542,16 @@ class Config:
         """The shared optimiser and the update (every algorithm)."""
         _need(self.lr > 0.0, "lr", f"must be > 0, got {self.lr}")
         _need(0.0 <= self.rms_alpha < 1.0, "rms-alpha", f"must be in [0, 1), got {self.rms_alpha}")
+        _need(
+            0.0 <= self.lr_anneal_from < 1.0,
+            "lr-anneal-from",
+            f"must be in [0, 1), got {self.lr_anneal_from}",
+        )
+        _need(
+            self.lr_anneal_from == 0.0 or self.lr_schedule == "linear",
+            "lr-anneal-from",
+            "applies to --lr-schedule linear only; drop it or pick --lr-schedule linear",
+        )
         _need(
             self.rms_init is None or self.optimizer == "rmsprop",
             "rms-init",

@@ -152,9 +152,13 @@ def rms_init_for(backend: str) -> float:
     return 1.0 if backend == "ray" else 0.0
 
 
-def linear_lr(lr: float, step: int, total_steps: int) -> float:
-    """The paper's schedule: lr annealed linearly to 0 over the step budget."""
-    return lr * max(0.0, 1.0 - step / total_steps)
+def linear_lr(lr: float, step: int, total_steps: int, hold: float = 0.0) -> float:
+    """The paper's schedule: lr annealed linearly to 0 over the step budget; with ``hold`` > 0
+    it first stays at lr for that fraction of the budget, then falls linearly to 0 at its end."""
+    start = hold * total_steps
+    if step <= start:
+        return lr
+    return lr * max(0.0, 1.0 - (step - start) / (total_steps - start))
 
 
 def scheduled_lr(cfg: Config, step: int) -> float:
@@ -162,7 +166,7 @@ def scheduled_lr(cfg: Config, step: int) -> float:
     and the logged ``train/learning_rate`` read it from, so the two cannot disagree."""
     if cfg.lr_schedule == "constant":
         return cfg.lr
-    return linear_lr(cfg.lr, step, cfg.steps)
+    return linear_lr(cfg.lr, step, cfg.steps, cfg.lr_anneal_from)
 
 
 def clip_grad_norm_(grad: torch.Tensor, max_norm: float) -> float:
