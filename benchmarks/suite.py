@@ -179,8 +179,8 @@ def with_args(task: Task, *args: str) -> Task:
 
 #: CleanRL's and SB3's PPO schedule on Atari: Adam's rate linearly to 0 over 10M agent steps
 _LR_LINEAR = ("--lr-schedule", "linear", "--steps", "10000000")
-#: the same anneal over 20M agent steps (80M frames): about 60% of 2.5e-4 at the hour's end
-#: on this machine, where the 10M anneal's 20-40% held BeamRider on its plateau for 15M frames
+#: the same anneal over 20M agent steps (80M frames): about 65% of 2.5e-4 at the hour's end
+#: on this machine; with the 10M one, BeamRider's hours stayed on their plateau for 15M frames
 _LR_LINEAR20 = ("--lr-schedule", "linear", "--steps", "20000000")
 #: the rate held at 2.5e-4 for the first 4M agent steps (16M frames: about the first half-hour
 #: on this machine, where BeamRider leaves its plateau), then linearly to 0 at 8M (32M frames;
