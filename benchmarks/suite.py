@@ -183,7 +183,7 @@ _LR_LINEAR = ("--lr-schedule", "linear", "--steps", "10000000")
 #: on this machine; with the 10M one, BeamRider's hours stayed on their plateau for 15M frames
 _LR_LINEAR20 = ("--lr-schedule", "linear", "--steps", "20000000")
 #: the rate held at 2.5e-4 for the first 4M agent steps (16M frames: about the first half-hour
-#: on this machine, where BeamRider leaves its plateau), then linearly to 0 at 8M (32M frames;
+#: on this machine, BeamRider's climb out of its plateau), then linearly to 0 at 8M (32M frames;
 #: a CPU faster than 8,900 frames/s ends the run at that budget, before the hour)
 _LR_HOLD = ("--lr-schedule", "linear", "--steps", "8000000", "--lr-anneal-from", "0.5")
 
