@@ -756,6 +756,9 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
     import matplotlib.pyplot as plt
 
     commit, date = head_commit(), utc_date()
+    # the seeds the records hold, not the ones asked for: a report written with --report-only,
+    # or of a folder where an earlier invocation ran more seeds, names what it reports
+    seeds = max((len(load_results(results, task)) for task in tasks), default=0) or seeds
     cmd = f"python benchmarks/suite.py {suite} --seeds {seeds}"
     lines = [
         f"# Benchmark suite: {suite}",
@@ -865,7 +868,12 @@ def main() -> None:
     p.add_argument("--tasks", nargs="+", default=None, help="only these tasks of the suite")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--out", type=Path, default=ROOT / "docs", help="where the report goes")
-    p.add_argument("--report-only", action="store_true", help="write the report, run nothing")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the report of the records in --results (naming the seeds they hold), "
+        "run nothing",
+    )
     p.add_argument(
         "--from-run",
         type=Path,
