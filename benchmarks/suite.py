@@ -757,8 +757,11 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
 
     commit, date = head_commit(), utc_date()
     # the seeds the records hold, not the ones asked for: a report written with --report-only,
-    # or of a folder where an earlier invocation ran more seeds, names what it reports
-    seeds = max((len(load_results(results, task)) for task in tasks), default=0) or seeds
+    # or of a folder where an earlier invocation ran more seeds, names what it reports. Counted
+    # to the highest seed held, as --seeds runs 0..N-1: a folder of seeds 1 and 2 says
+    # --seeds 3 (its per-seed table lists which are there), not --seeds 2, which runs seed 0
+    held = [r["seed"] for task in tasks for r in load_results(results, task)]
+    seeds = max(held) + 1 if held else seeds
     cmd = f"python benchmarks/suite.py {suite} --seeds {seeds}"
     lines = [
         f"# Benchmark suite: {suite}",

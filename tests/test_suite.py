@@ -256,6 +256,12 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
     # its curve by time, in one panel: a task without runs gets none (4.2 inches at 100 dpi)
     png = (tmp_path / "docs" / "suite-atari5.png").read_bytes()
     assert int.from_bytes(png[16:20], "big") == 420
+    # a folder of seed 2 alone (seeds 0 and 1 ran elsewhere): --seeds 3 runs it, --seeds 1 not
+    for seed in (0, 1):
+        (folder / f"seed-{seed}.json").unlink()
+    report = suite.report("atari5", [unrun, task], tmp_path, 5, tmp_path / "docs").read_text()
+    assert "`python benchmarks/suite.py atari5 --seeds 3`" in report
+    assert "| PongNoFrameskip-v4 | 0 | " not in report
 
 
 def test_a_results_machine_speed_names_its_cpu_and_bfloat16_units(monkeypatch):
