@@ -132,7 +132,7 @@ def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatc
     suite.main()  # nothing left to run: no speed measured
     assert len(ran) == 3 and speeds == [0, 2]
     report = (tmp_path / "docs" / "suite-quick.md").read_text()
-    assert "| CartPole-v1 | 2 / 2 | 2 / 2 | 500.0, 500.0 [500.0, 500.0] |" in report
+    assert "| CartPole-v1 | 2 / 2 | 2 / 2 | - | 500.0, 500.0 [500.0, 500.0] |" in report
     # each seed's row with the speed of the invocation that ran it
     assert "1,234 frames/s |" in report and "2,468 frames/s |" in report
 
@@ -249,7 +249,7 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
     # asked for 5 seeds (the --report-only default): the header names the 3 the records hold
     report = suite.report("atari5", [unrun, task], tmp_path, 5, tmp_path / "docs").read_text()
     assert "`python benchmarks/suite.py atari5 --seeds 3`" in report
-    assert "| 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
+    assert "| 0 / 3 | -4.0; 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
     assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 (9.6 at 30 min) |" in report
     assert report.count("| - | - |\n") == 3  # no machine speed, no date and commit recorded
     assert "| BreakoutNoFrameskip-v4 | no run yet |" in report
@@ -262,6 +262,15 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
     report = suite.report("atari5", [unrun, task], tmp_path, 5, tmp_path / "docs").read_text()
     assert "`python benchmarks/suite.py atari5 --seeds 3`" in report
     assert "| PongNoFrameskip-v4 | 0 | " not in report
+
+
+def test_the_training_mean_at_the_end_is_the_median_over_seeds_and_counts_those_at_target():
+    # Pong's hour (target 20): 19.74, 20.08 and 20.78 at the end, two at 20 or more
+    rs = [{"final_train_mean": m} for m in (20.78, 19.74, 20.08)]
+    assert suite.training_at_end(rs, 20.0) == "20.1; 2 / 3"
+    # the target itself counts as reached; a record without the mean is left out of both
+    assert suite.training_at_end([{"final_train_mean": 18.0}, {}], 18.0) == "18.0; 1 / 1"
+    assert suite.training_at_end([{"final_train_mean": None}], 18.0) == "-"
 
 
 def test_a_results_machine_speed_names_its_cpu_and_bfloat16_units(monkeypatch):
