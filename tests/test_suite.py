@@ -355,6 +355,13 @@ def test_a_pong_hour_is_the_five_games_pong_hour_with_one_step_budget(tmp_path):
     cmd = suite.command(linear, 0, tmp_path)
     assert cmd.count("--steps") == 1 and cmd[cmd.index("--steps") + 1] == "10000000"
     assert cmd[cmd.index("--lr-schedule") + 1] == "linear"
+    for t in suite.SUITES["pong60"]:  # each hour with one budget, the hour's or a schedule's
+        assert suite.command(t, 0, tmp_path).count("--steps") == 1, t.name
+    # the held rate's shape over the half as many frames a CPU without bfloat16 units plays
+    short = next(t for t in suite.SUITES["pong60"] if t.name == "Pong-hour-lr-hold-short")
+    cmd = suite.command(short, 0, tmp_path)
+    assert cmd[cmd.index("--steps") + 1] == "4400000"
+    assert cmd[cmd.index("--lr-anneal-from") + 1] == "0.5"
 
 
 def test_the_annealed_hours_are_the_five_games_with_one_step_budget(tmp_path):
