@@ -677,14 +677,20 @@ def fmt(x: float | None, digits: int = 1) -> str:
 
 def training_at_end(rs: list[dict], target: float) -> str:
     """The median over seeds of the last 100 training episodes' mean when each run ended, and
-    how many seeds it reached ``target`` on: the measure of the timed tasks' targets (issue
-    #28's Pong at 30 minutes, the five games at 60), where the kept model's evaluation is a
-    second one."""
+    how many seeds it was at ``target`` on then (the five games' measure: the score at 60
+    minutes); where every record tracks the target as a milestone, also how many seeds it
+    reached the target on at any time (Pong's 30-minute measure: 18 *within* the time, which
+    a run's mean can reach and then leave)."""
     means = [r["final_train_mean"] for r in rs if r.get("final_train_mean") is not None]
     if not means:
         return "-"
-    reached = sum(m >= target for m in means)
-    return f"{fmt(statistics.median(means))}; {reached} / {len(means)}"
+    cell = f"{fmt(statistics.median(means))}; {sum(m >= target for m in means)} / {len(means)}"
+    hits = [
+        hit for r in rs for key, hit in (r.get("milestones") or {}).items() if float(key) == target
+    ]
+    if len(hits) == len(rs):
+        cell += f"; reached {sum(h is not None for h in hits)} / {len(rs)}"
+    return cell
 
 
 def alignments(r: dict) -> str:
@@ -797,9 +803,9 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "atari preset's A3C on Pong, 2 workers, frames/s), measured once per invocation of the "
         "suite; it has differed by 1.5x between days, so compare timed results beside it.",
         "",
-        "| task | reported solved | kept model at target | last 100 training episodes at the "
-        "end: median; seeds at target | final evaluation: median, IQM [95% CI] | time to "
-        "target (median) | steps to target (median) | baseline |",
+        "| task | reported solved | kept model at target | last 100 training episodes: median "
+        "at the end; seeds at target then; seeds that reached it | final evaluation: median, "
+        "IQM [95% CI] | time to target (median) | steps to target (median) | baseline |",
         "|---|---|---|---|---|---|---|---|",
     ]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -271,6 +271,16 @@ def test_the_training_mean_at_the_end_is_the_median_over_seeds_and_counts_those_
     # the target itself counts as reached; a record without the mean is left out of both
     assert suite.training_at_end([{"final_train_mean": 18.0}, {}], 18.0) == "18.0; 1 / 1"
     assert suite.training_at_end([{"final_train_mean": None}], 18.0) == "-"
+    # Pong's 30 minutes: 18 reached by seeds 0 and 1, which seed 1's mean then left
+    rs = [
+        {"final_train_mean": 18.5, "milestones": {"10": [1e6, 60.0], "18": [2e6, 120.0]}},
+        {"final_train_mean": 17.9, "milestones": {"10": [1e6, 60.0], "18": [3e6, 180.0]}},
+        {"final_train_mean": 16.0, "milestones": {"10": [1e6, 60.0], "18": None}},
+    ]
+    assert suite.training_at_end(rs, 18.0) == "17.9; 1 / 3; reached 2 / 3"
+    # a record without the milestone (an earlier suite's): no count that would leave it out
+    del rs[2]["milestones"]
+    assert suite.training_at_end(rs, 18.0) == "17.9; 1 / 3"
 
 
 def test_a_results_machine_speed_names_its_cpu_and_bfloat16_units(monkeypatch):
