@@ -18,12 +18,14 @@ model it keeps (best_model.pt where the run made evaluations; the last model whe
 ended a run its stop rule did not: the agent at that time) evaluated over the task's evaluation
 episodes on starts no training run saw (`asyncrl.evaluate`, seed 10^6). The report covers
 every task of the suite; per task it gives the seeds whose run reported it solved and, of
-those, the ones whose kept model scores the target when evaluated; the median and the
-interquartile mean (IQM, rliable's recommendation: Agarwal et al. 2021) of the final evaluation
-with a 95% bootstrap interval (scipy.stats.bootstrap, percentile, 10,000 resamples); the median
-time and steps to the target over the solved seeds; and a learning curve: the median over
-seeds of the mean return of the last 100 training episodes, with a band from the 25th to the
-75th percentile.
+those, the ones whose kept model scores the target when evaluated; the mean of the last 100
+training episodes at each run's end (median over seeds, the seeds at the target then, and
+where the task tracks the target as a milestone, the seeds that reached it at any time); the
+median and the interquartile mean (IQM, rliable's recommendation: Agarwal et al. 2021) of the
+final evaluation with a 95% bootstrap interval (scipy.stats.bootstrap, percentile, 10,000
+resamples); the median time and steps to the target over the solved seeds; and a learning
+curve: the median over seeds of the mean return of the last 100 training episodes, with a band
+from the 25th to the 75th percentile.
 
 Results are kept per run in benchmarks/results/SUITE/TASK/seed-N.json: an interrupted suite
 resumes where it stopped and never reruns a finished seed (delete the file to rerun one).
