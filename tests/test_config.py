@@ -219,6 +219,11 @@ QUICK = ["--steps", "2000", "--workers", "1", "--backend", "threads", "--no-prog
             ["--lr-anneal-from", "0.5", "--lr-schedule", "constant"],
             "--lr-anneal-from: applies to --lr-schedule linear only",
         ),
+        (["--lr-anneal-over", "time"], "--lr-anneal-over: time needs the time budget to fall"),
+        (
+            ["--lr-anneal-over", "time", "--time-limit", "1h", "--lr-schedule", "constant"],
+            "--lr-anneal-over: applies to --lr-schedule linear only",
+        ),
         # argparse reads '-1e-3' and '-5s' as options, so it says only that the value is
         # missing: the error names the '=' form, under which the value's own check speaks
         # (values that no version of argparse reads as numbers: 3.14 reads '-1e-3' as one)

@@ -159,6 +159,50 @@ def test_scheduled_lr_follows_the_configured_schedule():
     assert scheduled_lr(constant, 300) == 2.0
 
 
+def test_a_schedule_over_time_gives_the_lower_of_the_two_rates():
+    # held for half of each budget (200 steps, 50 s), then falling to 0 at its end
+    cfg = Config(
+        env="CartPole-v1", lr=2.0, steps=400, lr_anneal_from=0.5,
+        lr_anneal_over="time", time_limit="100s",
+    )  # fmt: skip
+    assert scheduled_lr(cfg, 100, 40.0) == 2.0  # both held
+    assert scheduled_lr(cfg, 100, 75.0) == pytest.approx(1.0)  # time: halfway down
+    assert scheduled_lr(cfg, 350, 10.0) == pytest.approx(0.5)  # steps: three quarters down
+    assert scheduled_lr(cfg, 300, 75.0) == pytest.approx(1.0)  # both halfway: the same
+    assert scheduled_lr(cfg, 100, 100.0) == 0.0  # the time limit: 0, steps to spare
+    # over steps (the default) the clock is not read
+    steps = Config(env="CartPole-v1", lr=2.0, steps=400, lr_anneal_from=0.5, time_limit="100s")
+    assert scheduled_lr(steps, 100, 100.0) == 2.0
+
+
+def test_a_threads_run_anneals_its_updates_over_its_time_limit(monkeypatch, tmp_path):
+    """The updates read the main process's clock (Supervisor -> Run.clock -> the store): the
+    rate each update applied is the schedule at the elapsed time it was given, and the last
+    ones, near the time limit, are near 0 although the step budget is barely touched."""
+    import asyncrl
+    from asyncrl.state import GlobalState
+
+    seen: list[tuple[float, float]] = []
+    apply = GlobalState.apply_update
+
+    def recording(self, cfg, grad, global_step, elapsed=0.0):
+        lr = apply(self, cfg, grad, global_step, elapsed)
+        seen.append((elapsed, lr))
+        return lr
+
+    monkeypatch.setattr(GlobalState, "apply_update", recording)
+    limit, lr = 4.0, 1e-3
+    asyncrl.train(
+        env="CartPole-v1", backend="threads", workers=1, steps=10**9, lr=lr,
+        time_limit=f"{limit}s", lr_anneal_over="time", progress=False, tensorboard=False,
+        run_dir=str(tmp_path / "run"),
+    )  # fmt: skip
+    clock = [e for e, _ in seen]
+    assert clock == sorted(clock) and clock[0] < limit / 2 and clock[-1] > limit - 1.0
+    assert all(r == pytest.approx(linear_lr(lr, e, limit)) for e, r in seen)
+    assert seen[-1][1] < lr / limit
+
+
 def test_clip_grad_norm():
     g = torch.tensor([3.0, 4.0])
     assert clip_grad_norm_(g, 1.0) == pytest.approx(5.0)

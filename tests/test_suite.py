@@ -1,6 +1,7 @@
 """The benchmark suite's statistics against hand-worked numbers, and its resume."""
 
 import csv
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -135,6 +136,10 @@ def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatc
     assert "| CartPole-v1 | 2 / 2 | 2 / 2 | - | 500.0, 500.0 [500.0, 500.0] |" in report
     # each seed's row with the speed of the invocation that ran it
     assert "1,234 frames/s |" in report and "2,468 frames/s |" in report
+    # one seed alone (the others run on another machine): seeds K..N-1 only
+    monkeypatch.setattr(sys, "argv", [*argv[:3], "4", "--from-seed", "3", *argv[4:]])
+    suite.main()
+    assert ran[3:] == [("CartPole-v1", 3)]
 
 
 def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
@@ -372,6 +377,30 @@ def test_a_pong_hour_is_the_five_games_pong_hour_with_one_step_budget(tmp_path):
     cmd = suite.command(short, 0, tmp_path)
     assert cmd[cmd.index("--steps") + 1] == "4400000"
     assert cmd[cmd.index("--lr-anneal-from") + 1] == "0.5"
+
+
+def test_the_hours_annealed_over_time_hold_for_half_the_hour_their_timeout_ends(tmp_path):
+    """atari5-lr-hold-time (and pong60's Pong-hour-lr-hold-time): the five games' hours with
+    the held rate over --time-limit, the hour the suite's timeout gives them, each a command
+    the CLI takes (--lr-anneal-over time is refused without a time limit)."""
+    from asyncrl.cli import build_parser
+    from asyncrl.config import Config, preset
+    from asyncrl.envs import probe_env
+
+    hours = suite.SUITES["atari5"]
+    timed = [*suite.SUITES["atari5-lr-hold-time"]]
+    timed += [t for t in suite.SUITES["pong60"] if t.name == "Pong-hour-lr-hold-time"]
+    assert [t.name for t in timed[:5]] == [t.name for t in hours] and len(timed) == 6
+    fields = {f.name for f in dataclasses.fields(Config)}
+    for t in timed:
+        cmd = suite.command(t, 0, tmp_path)
+        assert cmd[cmd.index("--lr-anneal-over") + 1] == "time"
+        assert cmd[cmd.index("--time-limit") + 1] == f"{t.extras[1]}s"
+        assert cmd[cmd.index("--lr-anneal-from") + 1] == "0.5" and cmd.count("--steps") == 1
+        ns = build_parser().parse_args(cmd[cmd.index("train") :])
+        given = {k: v for k, v in vars(ns).items() if k in fields}
+        cfg = preset(None, info=probe_env(t.env), **given).validate()
+        assert cfg.lr_anneal_over == "time" and cfg.time_limit_seconds() == 3600.0
 
 
 def test_the_annealed_hours_are_the_five_games_with_one_step_budget(tmp_path):

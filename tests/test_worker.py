@@ -525,3 +525,20 @@ def test_a_non_finite_action_is_the_policys_fault_not_the_envs(monkeypatch):
     assert isinstance(failed, Failed) and failed.diverged  # restarting will not help
     assert "PolicyFault" in failed.text and "non-finite action" in failed.text
     assert "env 1" in failed.text and "Pendulum" not in failed.text
+
+
+def test_the_store_applies_the_rate_of_the_main_process_clock():
+    # --lr-anneal-over time: a worker's update reads the elapsed time the main process last
+    # wrote (LocalRun.clock); at the time limit the rate is 0 and the update moves nothing
+    from asyncrl.backends.local import SharedMemoryStore
+
+    cfg = Config(env="CartPole-v1", lr=0.1, time_limit="10s", lr_anneal_over="time")
+    params = torch.ones(3)
+    shared = make_shared(params, optimizer=SharedRMSprop(params, cfg.lr))
+    store = SharedMemoryStore(cfg, shared, Outbox(), 0, 0)
+    shared.clock[0] = 10.0
+    store.push(torch.ones(3), 5, 0)
+    assert torch.equal(params, torch.ones(3))
+    shared.clock[0] = 5.0
+    store.push(torch.ones(3), 5, 0)
+    assert (params < 1).all()

@@ -186,6 +186,10 @@ class Config:
     """--lr-schedule linear: the fraction of --steps over which the rate holds at --lr before
     its linear fall to 0 at --steps (0: it falls from the first step, the paper's schedule);
     for a run whose early progress needs the full rate and whose last points need a small one"""
+    lr_anneal_over: Literal["steps", "time"] = "steps"
+    """--lr-schedule linear: the budget the rate falls over: steps (--steps, the paper's) or
+    time (also --time-limit, the run's wall time: the rate is the lower of the two schedules,
+    so it reaches 0 at whichever budget ends the run, on a CPU of any speed)"""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """shared optimizer: statistics shared by all workers"""
     rms_alpha: float = 0.99
@@ -551,6 +555,16 @@ class Config:
             self.lr_anneal_from == 0.0 or self.lr_schedule == "linear",
             "lr-anneal-from",
             "applies to --lr-schedule linear only; drop it or pick --lr-schedule linear",
+        )
+        _need(
+            self.lr_anneal_over == "steps" or self.lr_schedule == "linear",
+            "lr-anneal-over",
+            "applies to --lr-schedule linear only; drop it or pick --lr-schedule linear",
+        )
+        _need(
+            self.lr_anneal_over == "steps" or self.time_limit is not None,
+            "lr-anneal-over",
+            "time needs the time budget to fall over: add --time-limit (e.g. 60m)",
         )
         _need(
             self.rms_init is None or self.optimizer == "rmsprop",

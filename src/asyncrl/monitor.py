@@ -252,7 +252,7 @@ class Monitor:
             acc[1] += n
 
     def learning_rate(self) -> float:
-        return scheduled_lr(self.cfg, self.global_step)
+        return scheduled_lr(self.cfg, self.global_step, self.elapsed())
 
     def write_metrics(self) -> None:
         """One row of metrics.csv: global_step, wall_seconds, then each statistic's mean over

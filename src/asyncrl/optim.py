@@ -152,21 +152,33 @@ def rms_init_for(backend: str) -> float:
     return 1.0 if backend == "ray" else 0.0
 
 
-def linear_lr(lr: float, step: int, total_steps: int, hold: float = 0.0) -> float:
+def linear_lr(lr: float, step: float, total_steps: float, hold: float = 0.0) -> float:
     """The paper's schedule: lr annealed linearly to 0 over the step budget; with ``hold`` > 0
-    it first stays at lr for that fraction of the budget, then falls linearly to 0 at its end."""
+    it first stays at lr for that fraction of the budget, then falls linearly to 0 at its end.
+    (``step`` and ``total_steps`` may be any measure of the budget: steps or seconds.)"""
     start = hold * total_steps
     if step <= start:
         return lr
     return lr * max(0.0, 1.0 - (step - start) / (total_steps - start))
 
 
-def scheduled_lr(cfg: Config, step: int) -> float:
-    """The rate ``cfg``'s schedule gives at global step ``step``: the one place the updates
-    and the logged ``train/learning_rate`` read it from, so the two cannot disagree."""
+def scheduled_lr(cfg: Config, step: int, elapsed: float = 0.0) -> float:
+    """The rate ``cfg``'s schedule gives at global step ``step``, ``elapsed`` seconds into the
+    run (the clock of ``--time-limit``): the one place the updates and the logged
+    ``train/learning_rate`` read it from, so the two cannot disagree.
+
+    With ``--lr-anneal-over time`` the rate is the lower of the schedule over ``--steps`` and
+    the same schedule over ``--time-limit``: the rate reaches 0 at whichever budget ends the
+    run, so a run ended by its time limit anneals fully on a CPU of any speed, where a step
+    budget sized for one CPU leaves a slower one the held rate all run (docs/benchmarks.md)."""
     if cfg.lr_schedule == "constant":
         return cfg.lr
-    return linear_lr(cfg.lr, step, cfg.steps, cfg.lr_anneal_from)
+    lr = linear_lr(cfg.lr, step, cfg.steps, cfg.lr_anneal_from)
+    if cfg.lr_anneal_over == "time":
+        limit = cfg.time_limit_seconds()
+        assert limit is not None  # Config checks it
+        lr = min(lr, linear_lr(cfg.lr, elapsed, limit, cfg.lr_anneal_from))
+    return lr
 
 
 def clip_grad_norm_(grad: torch.Tensor, max_norm: float) -> float:

@@ -99,9 +99,12 @@ class GlobalState:
         return int(self.counters[NONFINITE].sum())
 
     # ------------------------------------------------------------------ updates
-    def apply_update(self, cfg: Config, grad: torch.Tensor, global_step: int) -> float:
-        """One asynchronous update (every store applies it this way); returns the lr used."""
-        lr = scheduled_lr(cfg, global_step)
+    def apply_update(
+        self, cfg: Config, grad: torch.Tensor, global_step: int, elapsed: float = 0.0
+    ) -> float:
+        """One asynchronous update (every store applies it this way), ``elapsed`` seconds into
+        the run (for a schedule over time); returns the lr used."""
+        lr = scheduled_lr(cfg, global_step, elapsed)
         self.optimizer.step(grad, lr)
         if self.target_params is not None:
             # theta^- is refreshed once per target_update period, whoever sees the period

@@ -102,6 +102,11 @@ class Run(Protocol):
 
     def global_step(self) -> int: ...
 
+    def clock(self, elapsed: float) -> None:
+        """The run's elapsed seconds (the clock of --time-limit, continued across a resume),
+        for the updates of a schedule over time (--lr-anneal-over time)."""
+        ...
+
     def request_snapshots(self) -> tuple[int, set[int]]:
         """Ask for a checkpoint: the request id and the workers whose :class:`Snapshot` it
         waits for (none where the global state can be read at once)."""
@@ -153,6 +158,7 @@ class Supervisor:
         self.pending: tuple[int, set[int]] | None = None  # request id, workers yet to answer
 
     def run(self, worker_states: dict[int, dict]) -> Outcome:
+        self.run_.clock(self.monitor.elapsed())
         self.run_.start(worker_states)
         self.monitor.start_display()
         try:
@@ -162,6 +168,7 @@ class Supervisor:
                 self.maybe_checkpoint()
                 self.maybe_evaluate()
                 self.maybe_end_on_time()
+                self.run_.clock(self.monitor.elapsed())
                 self.monitor.refresh(self.run_.global_step())
             self.outcome.glob = self.run_.finish(self.snapshots)
         except ServerLost as e:

@@ -101,6 +101,29 @@ def test_the_server_records_staleness_and_drops_gradients_past_the_bound():
     assert server.drain()[2] == {1} and server.drain()[2] == set()
 
 
+def test_the_server_anneals_over_the_clock_the_run_sends_it():
+    # --lr-anneal-over time: the main process sends the run's elapsed time (RayRun.clock), and
+    # the server runs it on by its own clock between sends
+    import time
+
+    from asyncrl.messages import GlobalSnapshot
+
+    cfg = asyncrl.Config(backend="ray", lr=0.1, time_limit="10s", lr_anneal_over="time")
+    snap = GlobalSnapshot(
+        np.ones(3, np.float32), {"square_avg": np.zeros(3, np.float32)}, None, 0,
+        np.zeros((3, 1), np.int64),
+    )  # fmt: skip
+    server = ray_backend.ParameterServer(cfg, snap)
+    server.set_clock(9.0)
+    assert 9.0 <= server.elapsed() < 9.5
+    server.clock_at = (9.0, time.monotonic() - 1.0)  # sent a second ago: 10 s, the limit
+    server.push(np.ones(3, np.float32), version=0, n_steps=4, worker=0)
+    assert np.array_equal(server.state.params.numpy(), np.ones(3, np.float32))  # rate 0
+    server.set_clock(5.0)
+    server.push(np.ones(3, np.float32), version=1, n_steps=4, worker=0)
+    assert (server.state.params.numpy() < 1).all()
+
+
 @pytest.mark.slow
 def test_a3c_on_a_two_node_cluster_reaches_475(cluster, run_dir, seed):
     """A3C over the parameter server confirms CartPole's 475. Ray's timing makes no run

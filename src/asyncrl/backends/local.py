@@ -51,12 +51,16 @@ class SharedMemory:
     # every later one, also one made before it got going (a restart, then a checkpoint due)
     start_request: torch.Tensor
     main_pid: int  # the main process: a worker process whose parent it no longer is is orphaned
+    # float64 (1,): the run's elapsed seconds, written by the main process on its loop's every
+    # turn (Run.clock): what a schedule over time reads at each update
+    clock: torch.Tensor
 
     @classmethod
     def create(cls, state: GlobalState, workers: int) -> SharedMemory:
         z = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype).share_memory_()  # noqa: E731
         beats = z(workers, dtype=torch.float64)
-        return cls(state, beats, z(workers), z(1), z(1), z(workers), os.getpid())
+        clock = z(1, dtype=torch.float64)
+        return cls(state, beats, z(workers), z(1), z(1), z(workers), os.getpid(), clock)
 
     def stopping(self) -> bool:
         return bool(self.stop_flag[0])
@@ -116,6 +120,7 @@ class SharedMemoryStore:
         self.request = shared.checkpoint_request.numpy()
         self.heartbeat = shared.heartbeat.numpy()
         self.incarnations = shared.incarnation.numpy()
+        self.clock = shared.clock.numpy()
         self.answered = int(shared.start_request[wid])
         # a worker thread lives in the main process, which has no parent to lose (a trainer
         # run under nohup outlives its shell); a worker process must exit with its parent
@@ -160,7 +165,7 @@ class SharedMemoryStore:
         self.counters[STEPS, self.wid] += n_steps
         global_step = self.global_step()
         if grad is not None:
-            self.state.apply_update(self.cfg, grad, global_step)
+            self.state.apply_update(self.cfg, grad, global_step, float(self.clock[0]))
         return global_step
 
     def report(self, finished: list[Finished], stats: StatSums, step: int) -> None:
@@ -280,6 +285,9 @@ class LocalRun:
 
     def global_step(self) -> int:
         return self.state.steps()
+
+    def clock(self, elapsed: float) -> None:
+        self.shared.clock[0] = elapsed
 
     def request_snapshots(self) -> tuple[int, set[int]]:
         self.shared.checkpoint_request[0] += 1

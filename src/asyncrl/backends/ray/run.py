@@ -136,6 +136,7 @@ class RayRun:
         self.workers_lost = 0  # actors that died (their process, or their node)
         self.steps = state.steps()
         self.stats: list[dict[str, Any]] = []  # each server's statistics(), once finished
+        self.clock_sent = -float("inf")  # when the run's elapsed time was last sent (clock)
 
     def start(self, states: dict[int, dict]) -> None:
         # Workers resume with fresh env state: the checkpoint holds the server's state only.
@@ -267,6 +268,16 @@ class RayRun:
 
     def global_step(self) -> int:
         return self.steps
+
+    def clock(self, elapsed: float) -> None:
+        # Only a schedule over time reads it, and the servers run their own clock on from the
+        # last one sent (ParameterServer.elapsed): once a second is plenty for a rate that
+        # falls over minutes, and costs a run without that schedule no calls at all
+        if self.cfg.lr_anneal_over != "time" or time.monotonic() - self.clock_sent < 1.0:
+            return
+        self.clock_sent = time.monotonic()
+        for server in self.servers:
+            server.set_clock.remote(elapsed)
 
     def request_snapshots(self) -> tuple[int, set[int]]:
         return 0, set()  # the server's state is read at once

@@ -69,6 +69,9 @@ class ParameterServer:
         # included, against wall time since it started
         self.bytes_in, self.bytes_out = 0, 0
         self.started, self.cpu_started = time.monotonic(), time.process_time()
+        # the run's elapsed seconds as last sent by the main process, and when, by this
+        # process's clock (set_clock): a schedule over time reads it at each update
+        self.clock_at = (0.0, time.monotonic())
 
     def pull(self, want_target: bool) -> tuple:
         target = self.state.target_params
@@ -117,7 +120,7 @@ class ParameterServer:
             return False
         if isinstance(grad, np.ndarray):
             grad = torch.tensor(grad)  # a copy: Ray hands back read-only arrays
-        self.state.apply_update(self.cfg, grad, self.steps)
+        self.state.apply_update(self.cfg, grad, self.steps, self.elapsed())
         self.version += 1
         return True
 
@@ -204,6 +207,15 @@ class ParameterServer:
 
     def set_stop(self) -> None:
         self.stop = True
+
+    def set_clock(self, elapsed: float) -> None:
+        """The run's elapsed seconds (the main process's clock of --time-limit)."""
+        self.clock_at = (elapsed, time.monotonic())
+
+    def elapsed(self) -> float:
+        """The run's elapsed seconds now: the last one sent, run on by this process's clock."""
+        sent, at = self.clock_at
+        return sent + time.monotonic() - at
 
     def snapshot(self) -> GlobalSnapshot:
         counters = self.state.counters
