@@ -194,8 +194,8 @@ _LR_HOLD = ("--lr-schedule", "linear", "--steps", "8000000", "--lr-anneal-from",
 #: _LR_HOLD's 16M-frame hold there spans the whole hour and leaves the defaults' constant rate
 _LR_HOLD_SHORT = ("--lr-schedule", "linear", "--steps", "4400000", "--lr-anneal-from", "0.5")
 #: the same shape over the hour itself (--lr-anneal-over time): held for 30 minutes, 0 at 60,
-#: on a CPU of any speed (the preset's 10M steps still bound it, 40M frames). The trainer's own
-#: limit is the hour's: the suite's timeout, counted from the process's launch, ends it first
+#: on a CPU of any speed (the hour's 100M steps never bind). The trainer's own limit is the
+#: hour's: the suite's timeout, counted from the process's launch, ends the run a moment first
 _LR_HOLD_TIME = (
     "--lr-schedule", "linear", "--lr-anneal-over", "time", "--time-limit", "3600s",
     "--lr-anneal-from", "0.5",
