@@ -814,9 +814,9 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "the run's own stop rule fired; *kept model at target*: that model's evaluation "
         "reaches the target. IQM: interquartile mean over seeds, with a 95% bootstrap "
         "interval. Times are whole processes; steps are env steps (agent steps on Atari). "
-        "*Machine speed*: this machine's that day (`python benchmarks/calibrate.py`: the "
+        "*Machine speed*: the machine's at the run (`python benchmarks/calibrate.py`: the "
         "atari preset's A3C on Pong, 2 workers, frames/s), measured once per invocation of the "
-        "suite; it has differed by 1.5x between days, so compare timed results beside it.",
+        "suite; CPUs and allocations differ in it, so compare timed results beside it.",
         "",
         "| task | reported solved | kept model at target | last 100 training episodes: median "
         "at the end; seeds at target then; seeds that reached it | final evaluation: median, "
