@@ -200,6 +200,11 @@ _LR_HOLD_TIME = (
     "--lr-schedule", "linear", "--lr-anneal-over", "time", "--time-limit", "3600s",
     "--lr-anneal-from", "0.5",
 )  # fmt: skip
+#: the same over the half hour of pong30: held for 15 minutes, 0 at 30
+_LR_HOLD_TIME_30 = (
+    "--lr-schedule", "linear", "--lr-anneal-over", "time", "--time-limit", "1800s",
+    "--lr-anneal-from", "0.5",
+)  # fmt: skip
 
 
 SUITES: dict[str, list[Task]] = {
@@ -447,6 +452,11 @@ SUITES: dict[str, list[Task]] = {
         # hour on seed 0 (pong60's Pong-hour-nature) it learnt about twice as much a frame and
         # reached 18 at 27 minutes; seed 1 under this task's command: +17.9 at 30
         pong30("nature", "--net", "nature"),
+        # the hour's time-clocked hold (atari5-lr-hold-time: Pong 20.47 and 20.68 at 60
+        # minutes on a Zen 4) over the half hour: 2.5e-4 for 15 minutes, then linearly to 0 at
+        # 30. What the atari preset would do for a 30-minute --time-limit if it took the
+        # setting: does the rate falling mid-climb cost the 18?
+        pong30("lr-hold-time", *_LR_HOLD_TIME_30),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],
