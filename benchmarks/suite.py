@@ -372,7 +372,8 @@ SUITES: dict[str, list[Task]] = {
     "atari5-lr-hold-time": [with_args(atari_hour(g), *_LR_HOLD_TIME) for g in PAPER_A3C],
     # issue #28's Pong target (18 within 30 minutes on every seed), one task per setting on
     # the atari preset (A3C; APPO in float32 in PPO's 4 passes of 4 minibatches, and 2 of 4),
-    # the defaults on the machine at hand (2 passes of 8) and variants of them: 7.5 hours a seed
+    # the defaults on the machine at hand (2 passes of 8) and variants of them: up to 9.5 hours a
+    # seed (19 tasks; a run the stop rule ends is shorter)
     "pong30": [
         # measured in float32 before --precision existed; pinned so they repeat today
         # (and APPO's 4 passes of 4 minibatches, its Atari setting then)
