@@ -193,18 +193,18 @@ _LR_HOLD = ("--lr-schedule", "linear", "--steps", "8000000", "--lr-anneal-from",
 #: an AMD Zen 3: 13.9-17.9M): held for 2.2M agent steps (8.8M frames), 0 at 4.4M (17.6M), where
 #: _LR_HOLD's 16M-frame hold there spans the whole hour and leaves the defaults' constant rate
 _LR_HOLD_SHORT = ("--lr-schedule", "linear", "--steps", "4400000", "--lr-anneal-from", "0.5")
+
+
+def _lr_hold_time(limit: str) -> tuple[str, ...]:
+    """Adam's rate held for the first half of ``--time-limit``, then linearly to 0 at it."""
+    return ("--lr-schedule", "linear", "--lr-anneal-over", "time", "--time-limit", limit,
+            "--lr-anneal-from", "0.5")  # fmt: skip
+
+
 #: the same shape over the hour itself (--lr-anneal-over time): held for 30 minutes, 0 at 60,
 #: on a CPU of any speed (the hour's 100M steps never bind). The trainer's own limit is the
 #: hour's: the suite's timeout, counted from the process's launch, ends the run a moment first
-_LR_HOLD_TIME = (
-    "--lr-schedule", "linear", "--lr-anneal-over", "time", "--time-limit", "3600s",
-    "--lr-anneal-from", "0.5",
-)  # fmt: skip
-#: the same over the half hour of pong30: held for 15 minutes, 0 at 30
-_LR_HOLD_TIME_30 = (
-    "--lr-schedule", "linear", "--lr-anneal-over", "time", "--time-limit", "1800s",
-    "--lr-anneal-from", "0.5",
-)  # fmt: skip
+_LR_HOLD_TIME = _lr_hold_time("3600s")
 
 
 SUITES: dict[str, list[Task]] = {
@@ -457,7 +457,7 @@ SUITES: dict[str, list[Task]] = {
         # minutes on a Zen 4) over the half hour: 2.5e-4 for 15 minutes, then linearly to 0 at
         # 30. What the atari preset would do for a 30-minute --time-limit if it took the
         # setting: does the rate falling mid-climb cost the 18?
-        pong30("lr-hold-time", *_LR_HOLD_TIME_30),
+        pong30("lr-hold-time", *_lr_hold_time("1800s")),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],
