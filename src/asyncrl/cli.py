@@ -168,8 +168,8 @@ def _train(ns: argparse.Namespace) -> int:
         by_eval = s["solved_by"] == "eval"
         what = "evaluation mean" if by_eval else "mean return"
         score = "-" if s["solve_return"] is None else f"{s['solve_return']:.1f}"
-        # (an earlier confirmation can have a higher mean that failed on its standard error:
-        # best_model.pt is then that one's)
+        # (the solving evaluation is kept as the best model, Supervisor.evaluated: said only
+        # where the summary shows it)
         held = by_eval and s["best_eval_step"] == s["solve_steps"]
         kept = "; best_model.pt holds those parameters" if held else ""
         print(

@@ -222,9 +222,11 @@ class Monitor:
         self.solved, self.solve_seconds, self.solve_steps = True, self.elapsed(), step
         self.solve_return, self.solved_by = score, by
 
-    def evaluation(self, ev: Evaluation) -> bool:
+    def evaluation(self, ev: Evaluation, keep: bool = False) -> bool:
         """Record an evaluation (a row of evaluations.csv, TensorBoard ``eval/*``); True when it
-        is the best so far."""
+        is the best so far, or ``keep``: the one that met --stop-on eval's rule, whose
+        parameters a solved run keeps even where an earlier confirmation had a higher mean
+        (one that failed the rule's standard errors: its policy is not shown to score it)."""
         self.last_eval = mean = ev.mean  # (the supervisor counts evaluations as it asks)
         self.screen_seconds += ev.screen_seconds
         row = [ev.index, ev.global_step, f"{ev.wall_seconds:.3f}", f"{mean:.6g}"]
@@ -238,7 +240,7 @@ class Monitor:
             self._tb.add_scalar("eval/min_return", min(ev.returns), ev.global_step)
             self._tb.add_scalar("eval/max_return", max(ev.returns), ev.global_step)
             self._tb.add_scalar("eval/seconds", ev.seconds, ev.global_step)
-        if self.best_eval is None or mean > self.best_eval[0]:
+        if keep or self.best_eval is None or mean > self.best_eval[0]:
             self.best_eval = (mean, ev.global_step, len(ev.returns))
             return True
         return False

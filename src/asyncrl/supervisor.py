@@ -321,15 +321,17 @@ class Supervisor:
         # a confirmation is rare and its cost is the stop rule's: the periodic schedule paces
         # itself on the screens alone (a 100-episode confirmation would hold it back 10x
         # longer), which the monitor adds up
-        if self.monitor.evaluation(result) and self.save_best is not None:
-            self.save_best(result)
         target = self.monitor.target
-        if (
+        solves = (
             self.cfg.stop_on == "eval"
             and target is not None
             and result.reaches(target, self.cfg.confirm_stderr)
             and not self.monitor.solved
-        ):
+        )
+        # the stop rule's promise: the model a solved run keeps is the one that met it
+        if self.monitor.evaluation(result, keep=solves) and self.save_best is not None:
+            self.save_best(result)
+        if solves:
             self.monitor.mark_solved(result.global_step, result.mean, "eval")
             if not self.stopping:
                 self.end(Ended.SOLVED)
@@ -339,9 +341,8 @@ class Supervisor:
         parameters where the run ended on its budget of steps or time (or on the training
         episodes, with --stop-on train), so that the best model is the better of the best and
         the last. None after a signal (the user wants out), a fault (the final state is not
-        trusted) or an evaluation that solved the task (best_model.pt holds its parameters,
-        or those of an earlier confirmation with a higher mean that failed on its standard
-        error)."""
+        trusted) or an evaluation that solved the task (best_model.pt holds its
+        parameters)."""
         ev, glob = self.evaluator, self.outcome.glob
         if ev is None:
             return
