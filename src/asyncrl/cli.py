@@ -168,8 +168,8 @@ def _train(ns: argparse.Namespace) -> int:
         by_eval = s["solved_by"] == "eval"
         what = "evaluation mean" if by_eval else "mean return"
         score = "-" if s["solve_return"] is None else f"{s['solve_return']:.1f}"
-        # (the solving evaluation is kept as the best model, Supervisor.evaluated: said only
-        # where the summary shows it)
+        # (Supervisor.evaluated keeps the solving evaluation as the best model; said only
+        # where the summary shows it held)
         held = by_eval and s["best_eval_step"] == s["solve_steps"]
         kept = "; best_model.pt holds those parameters" if held else ""
         print(
