@@ -455,8 +455,8 @@ SUITES: dict[str, list[Task]] = {
         pong30("nature", "--net", "nature"),
         # the hour's time-clocked hold (atari5-lr-hold-time: Pong 20.47 and 20.68 at 60
         # minutes on a Zen 4) over the half hour: 2.5e-4 for 15 minutes, then linearly to 0 at
-        # 30. What the atari preset would do for a 30-minute --time-limit if it took the
-        # setting: does the rate falling mid-climb cost the 18?
+        # 30: what the atari preset picks for APPO given a 30-minute --time-limit. Does the
+        # rate falling mid-climb cost the 18?
         pong30("lr-hold-time", *_lr_hold_time("1800s")),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed

@@ -103,6 +103,49 @@ def test_the_atari_preset_starts_rmsprop_at_1_and_adam_gets_no_rmsprop_start():
     assert preset("cartpole", algo="a3c").rms_init is None  # the backend's start (0; Ray 1)
 
 
+def test_the_atari_preset_holds_then_anneals_the_rate_over_a_given_time_limit(monkeypatch):
+    """With --time-limit (and no schedule of the user's) APPO on Atari holds Adam's rate for
+    half the limit, then to 0 at it (docs/presets.md#atari-time-limit); otherwise, and for
+    A3C, a recurrent core or another preset, nothing changes."""
+    pytest.importorskip("ale_py")
+    pong = "PongNoFrameskip-v4"
+
+    def schedule(cfg: Config) -> tuple:
+        return cfg.lr_schedule, cfg.lr_anneal_over, cfg.lr_anneal_from
+
+    timed = preset(None, env=pong, time_limit="30m").validate()
+    assert schedule(timed) == ("linear", "time", 0.5)
+    # and nothing else changes
+    hold = dict(lr_schedule="linear", lr_anneal_over="time", lr_anneal_from=0.5)
+    assert timed == dataclasses.replace(preset(None, env=pong), time_limit="30m", **hold)
+    assert schedule(preset(None, env=pong)) == ("constant", "steps", 0.0)  # no limit: constant
+    assert schedule(preset(None, env=pong, time_limit=None)) == ("constant", "steps", 0.0)
+    # a schedule of the user's own wins whole (the hold's parts alone would not validate)
+    assert schedule(preset(None, env=pong, time_limit="1h", lr_schedule="constant")) == (
+        "constant", "steps", 0.0,
+    )  # fmt: skip
+    own = preset(None, env=pong, time_limit="1h", lr_schedule="linear").validate()
+    assert schedule(own) == ("linear", "steps", 0.0)
+    for other in (
+        dict(env=pong, algo="a3c"),
+        dict(env=pong, core="lstm"),
+        dict(env="CartPole-v1", algo="appo"),
+    ):
+        assert schedule(preset(None, time_limit="1h", **other)) == schedule(preset(None, **other))
+    # the CLI hands the preset only the options given: `asyncrl train --time-limit` gets it
+    import asyncrl.trainer
+
+    seen: list[Config] = []
+
+    def train(cfg: Config, **kwargs) -> dict:
+        seen.append(cfg)
+        raise UserError("stopped before training")  # (the CLI's exit 2)
+
+    monkeypatch.setattr(asyncrl.trainer, "train", train)
+    assert main(["train", "--env", pong, "--time-limit", "30m"]) == 2
+    assert seen == [timed]
+
+
 def test_appo_puts_ppos_setting_over_the_envs_preset():
     """--algo appo layers PPO's optimiser over the env's preset, and the preset's own APPO
     shape on top (Atari: PPO's Atari setting); the A3C preset underneath is untouched."""

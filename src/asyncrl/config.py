@@ -100,7 +100,8 @@ class Config:
     """a wall-time budget as well ('1800s', '30m', '2h'; a resumed run's clock goes on from
     where it stopped): the run ends on whichever budget is spent first, as on --steps (the
     final parameters evaluated, the best model the better of the best and the last), where a
-    signal (timeout -s INT) ends it without evaluating the last"""
+    signal (timeout -s INT) ends it without evaluating the last; on Atari, APPO's rate then
+    holds for half of it and falls to 0 at it (docs/presets.md#atari-time-limit)"""
     target_return: float | None = None
     """stop when the mean return of the last `window` episodes reaches this
     (default: the env's reward threshold; 475 for CartPole-v1)"""
@@ -1177,6 +1178,18 @@ _APPO_BY_PRESET: dict[str, dict[str, Any]] = {
 _APPO_RECURRENT_BY_PRESET: dict[str, dict[str, Any]] = {
     "atari": dict(epochs=4, minibatches=4),
 }
+#: APPO with a feed-forward net on Atari when the user gives --time-limit (and no lr schedule of
+#: their own): Adam's rate held for the first half of the limit, then linearly to 0 at it, as
+#: PPO anneals over its budget (CleanRL, SB3's Atari zoo) but over the clock, so it ends at 0 on
+#: a CPU of any speed. Over the hour it put each of the paper's five games over its 16-core A3C
+#: at 40M frames on every seed run on a Zen 4, where the constant rate missed Pong's 20; in 30
+#: minutes Pong reached 18 at 14.6-17.8 minutes on 3 of 3 seeds, the rate at 81% or more by
+#: then: the fall did not cost the 18 (docs/benchmarks.md#hold-over-time-zen4,
+#: #hold-over-time-pong30). Without a time limit the rate stays constant: there is no budget
+#: the schedule could be sure to end on
+_ATARI_TIME_LIMIT: dict[str, Any] = dict(
+    lr_schedule="linear", lr_anneal_over="time", lr_anneal_from=0.5
+)
 
 
 if TYPE_CHECKING:
@@ -1229,6 +1242,12 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
         values |= _APPO | _APPO_BY_PRESET.get(name, {})
         if overrides.get("core", values.get("core", Config.core)) != "none":
             values |= _APPO_RECURRENT_BY_PRESET.get(name, {})
+        elif (
+            name == "atari"
+            and overrides.get("time_limit") is not None
+            and not overrides.keys() & _ATARI_TIME_LIMIT.keys()
+        ):
+            values |= _ATARI_TIME_LIMIT
     values = {k: v for k, v in values.items() if algo in ALGO_ONLY.get(k, (algo,))}
     # a preset named for an env it was not made for (the env's own is picked from its spec:
     # no probe, no install needed to pick it)
