@@ -1187,9 +1187,9 @@ _APPO_RECURRENT_BY_PRESET: dict[str, dict[str, Any]] = {
 #: then: the fall did not cost the 18 (docs/benchmarks.md#hold-over-time-zen4,
 #: #hold-over-time-pong30). Without a time limit the rate stays constant: there is no budget
 #: the schedule could be sure to end on
-_ATARI_TIME_LIMIT: dict[str, Any] = dict(
-    lr_schedule="linear", lr_anneal_over="time", lr_anneal_from=0.5
-)
+_APPO_TIME_LIMIT_BY_PRESET: dict[str, dict[str, Any]] = {
+    "atari": dict(lr_schedule="linear", lr_anneal_over="time", lr_anneal_from=0.5),
+}
 
 
 if TYPE_CHECKING:
@@ -1242,12 +1242,10 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
         values |= _APPO | _APPO_BY_PRESET.get(name, {})
         if overrides.get("core", values.get("core", Config.core)) != "none":
             values |= _APPO_RECURRENT_BY_PRESET.get(name, {})
-        elif (
-            name == "atari"
-            and overrides.get("time_limit") is not None
-            and not overrides.keys() & _ATARI_TIME_LIMIT.keys()
-        ):
-            values |= _ATARI_TIME_LIMIT
+        elif overrides.get("time_limit") is not None:
+            timed = _APPO_TIME_LIMIT_BY_PRESET.get(name, {})
+            if not overrides.keys() & timed.keys():  # a schedule of the user's wins whole
+                values |= timed
     values = {k: v for k, v in values.items() if algo in ALGO_ONLY.get(k, (algo,))}
     # a preset named for an env it was not made for (the env's own is picked from its spec:
     # no probe, no install needed to pick it)
