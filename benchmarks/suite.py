@@ -458,6 +458,9 @@ SUITES: dict[str, list[Task]] = {
         # 30: what the atari preset picks for APPO given a 30-minute --time-limit. Does the
         # rate falling mid-climb cost the 18?
         pong30("lr-hold-time", *_lr_hold_time("1800s")),
+        # the same as the atari preset picks it, from the limit alone: the command a user
+        # types (`asyncrl train --env PongNoFrameskip-v4 --time-limit 30m`)
+        pong30("time-limit", "--time-limit", "1800s"),
     ],
     # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
     "lstm": [pong_lstm()],

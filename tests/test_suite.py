@@ -403,6 +403,28 @@ def test_the_hours_annealed_over_time_hold_for_half_the_hour_their_timeout_ends(
         assert cfg.lr_anneal_over == "time" and cfg.time_limit_seconds() == 3600.0
 
 
+def test_pong30s_time_limit_task_gets_the_presets_hold_from_the_limit_alone(tmp_path):
+    """pong30's Pong-time-limit is the user's command: no lr option, so the atari preset's
+    schedule under --time-limit is what it measures, the same as Pong-lr-hold-time's."""
+    from asyncrl.cli import build_parser
+    from asyncrl.config import Config, preset
+    from asyncrl.envs import probe_env
+
+    pytest.importorskip("ale_py")
+    fields = {f.name for f in dataclasses.fields(Config)}
+    tasks = {t.name: t for t in suite.SUITES["pong30"]}
+    cfgs = []
+    for name in ("Pong-time-limit", "Pong-lr-hold-time"):
+        cmd = suite.command(tasks[name], 0, tmp_path)
+        ns = build_parser().parse_args(cmd[cmd.index("train") :])
+        given = {k: v for k, v in vars(ns).items() if k in fields}
+        cfgs.append(preset(None, info=probe_env(tasks[name].env), **given).validate())
+    mine, explicit = cfgs
+    assert not any(a.startswith("--lr") for a in tasks["Pong-time-limit"].args)
+    assert (mine.lr_schedule, mine.lr_anneal_over, mine.lr_anneal_from) == ("linear", "time", 0.5)
+    assert mine.time_limit_seconds() == 1800.0 and mine == explicit
+
+
 def test_the_annealed_hours_are_the_five_games_with_one_step_budget(tmp_path):
     """atari5-lr-linear is atari5 with the anneal's args, its 10M steps the only budget."""
     hours, annealed = suite.SUITES["atari5"], suite.SUITES["atari5-lr-linear"]
