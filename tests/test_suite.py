@@ -379,47 +379,44 @@ def test_a_pong_hour_is_the_five_games_pong_hour_with_one_step_budget(tmp_path):
     assert cmd[cmd.index("--lr-anneal-from") + 1] == "0.5"
 
 
-def test_the_hours_annealed_over_time_hold_for_half_the_hour_their_timeout_ends(tmp_path):
-    """atari5-lr-hold-time (and pong60's Pong-hour-lr-hold-time): the five games' hours with
-    the held rate over --time-limit, the hour the suite's timeout gives them, each a command
-    the CLI takes (--lr-anneal-over time is refused without a time limit)."""
+def config_of(task: suite.Task, tmp_path: Path):
+    """The configuration a task's command trains with: its train arguments through the CLI's
+    parser and the preset, as `asyncrl train` would."""
     from asyncrl.cli import build_parser
     from asyncrl.config import Config, preset
     from asyncrl.envs import probe_env
 
+    cmd = suite.command(task, 0, tmp_path)
+    ns = build_parser().parse_args(cmd[cmd.index("train") :])
+    fields = {f.name for f in dataclasses.fields(Config)}
+    given = {k: v for k, v in vars(ns).items() if k in fields}
+    return preset(None, info=probe_env(task.env), **given).validate()
+
+
+def test_the_hours_annealed_over_time_hold_for_half_the_hour_their_timeout_ends(tmp_path):
+    """atari5-lr-hold-time (and pong60's Pong-hour-lr-hold-time): the five games' hours with
+    the held rate over --time-limit, the hour the suite's timeout gives them, each a command
+    the CLI takes (--lr-anneal-over time is refused without a time limit)."""
     hours = suite.SUITES["atari5"]
     timed = [*suite.SUITES["atari5-lr-hold-time"]]
     timed += [t for t in suite.SUITES["pong60"] if t.name == "Pong-hour-lr-hold-time"]
     assert [t.name for t in timed[:5]] == [t.name for t in hours] and len(timed) == 6
-    fields = {f.name for f in dataclasses.fields(Config)}
     for t in timed:
         cmd = suite.command(t, 0, tmp_path)
         assert cmd[cmd.index("--lr-anneal-over") + 1] == "time"
         assert cmd[cmd.index("--time-limit") + 1] == f"{t.extras[1]}s"
         assert cmd[cmd.index("--lr-anneal-from") + 1] == "0.5" and cmd.count("--steps") == 1
-        ns = build_parser().parse_args(cmd[cmd.index("train") :])
-        given = {k: v for k, v in vars(ns).items() if k in fields}
-        cfg = preset(None, info=probe_env(t.env), **given).validate()
+        cfg = config_of(t, tmp_path)
         assert cfg.lr_anneal_over == "time" and cfg.time_limit_seconds() == 3600.0
 
 
 def test_pong30s_time_limit_task_gets_the_presets_hold_from_the_limit_alone(tmp_path):
     """pong30's Pong-time-limit is the user's command: no lr option, so the atari preset's
     schedule under --time-limit is what it measures, the same as Pong-lr-hold-time's."""
-    from asyncrl.cli import build_parser
-    from asyncrl.config import Config, preset
-    from asyncrl.envs import probe_env
-
     pytest.importorskip("ale_py")
-    fields = {f.name for f in dataclasses.fields(Config)}
     tasks = {t.name: t for t in suite.SUITES["pong30"]}
-    cfgs = []
-    for name in ("Pong-time-limit", "Pong-lr-hold-time"):
-        cmd = suite.command(tasks[name], 0, tmp_path)
-        ns = build_parser().parse_args(cmd[cmd.index("train") :])
-        given = {k: v for k, v in vars(ns).items() if k in fields}
-        cfgs.append(preset(None, info=probe_env(tasks[name].env), **given).validate())
-    mine, explicit = cfgs
+    mine = config_of(tasks["Pong-time-limit"], tmp_path)
+    explicit = config_of(tasks["Pong-lr-hold-time"], tmp_path)
     assert not any(a.startswith("--lr") for a in tasks["Pong-time-limit"].args)
     assert (mine.lr_schedule, mine.lr_anneal_over, mine.lr_anneal_from) == ("linear", "time", 0.5)
     assert mine.time_limit_seconds() == 1800.0 and mine == explicit
