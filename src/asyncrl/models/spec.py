@@ -1,0 +1,101 @@
+"""What a model is rebuilt from: :class:`ModelSpec`, a plain dict on disk; and the core's
+context of the previous action and reward (:func:`write_context`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+
+from asyncrl.config import CoreName
+from asyncrl.envs import ActionSpace
+
+Encoder = Literal["mlp", "a3c", "nature", "minatar"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to rebuild a model."""
+
+    kind: Literal["actor-critic", "q"]
+    obs_shape: tuple[int, ...]
+    action: ActionSpace
+    obs_dtype: str = "float32"
+    hidden: tuple[int, ...] = (64, 64)
+    shared_trunk: bool = True
+    encoder: Encoder = "mlp"
+    #: images stored (H, W, C) (MinAtar) rather than (C, H, W) (Atari frame stacks)
+    channels_last: bool = False
+    #: normalise observations by running mean and variance, clipped to +-obs_clip (0: off)
+    obs_clip: float = 0.0
+    #: Box actions: "param" (a state-independent log-std) or "softplus" (a softplus of a
+    #: second linear head; the paper's softplus "variance" head, read here as the std)
+    gaussian_std: Literal["param", "softplus"] = "param"
+    #: the initial log-std of a state-independent Gaussian
+    log_std_init: float = 0.0
+    #: the core between encoder and heads (:data:`CORES`), and its width if it has one
+    core: CoreName = "none"
+    core_size: int = 128
+    #: the core also takes the previous action and learning reward (:func:`write_context`):
+    #: the env's reward clipped to +-reward_clip (0: not clipped) and times reward_scale, so
+    #: that evaluation, on raw scores, gives the core what training gave it
+    prev_action_reward: bool = False
+    reward_clip: float = 0.0
+    reward_scale: float = 1.0
+    #: the conv encoder's arithmetic (float32, or bfloat16 under CPU autocast; its output and
+    #: everything after it stay float32)
+    precision: Literal["float32", "bfloat16"] = "float32"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def learning_reward(self, reward: np.ndarray) -> np.ndarray:
+        """The learning reward of an env's raw ``reward`` (``(B,)``): what the core's context
+        takes."""
+        r = np.asarray(reward, np.float32)
+        if self.reward_clip:
+            r = np.clip(r, -self.reward_clip, self.reward_clip)
+        return r * np.float32(self.reward_scale)
+
+    @property
+    def context_dim(self) -> int:
+        """Inputs the core takes beside the encoder's features: the previous action's encoding
+        and reward (0: none)."""
+        return self.action.dim + 1 if self.prev_action_reward else 0
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelSpec:
+        a = d["action"]
+        action = ActionSpace(
+            a["kind"],
+            a["n"],
+            tuple(a["shape"]),
+            tuple(a["low"]),
+            tuple(a["high"]),
+            a.get("squash", False),
+        )
+        return cls(
+            **{
+                **d,
+                "obs_shape": tuple(d["obs_shape"]),
+                "hidden": tuple(d["hidden"]),
+                "action": action,
+            }
+        )
+
+
+def write_context(
+    action: ActionSpace, acted: np.ndarray, reward: np.ndarray, out: np.ndarray
+) -> None:
+    """The core's context for the step after ``acted`` ``(B, ...)`` (as the env took it) and
+    ``reward`` ``(B,)``, written into ``out`` ``(B, action.dim + 1)``: the action one-hot for
+    Discrete actions (a number would order them), itself for Box ones, then the reward. An
+    episode's first step gets zeros instead (the caller's: it knows which steps are first)."""
+    k = action.dim
+    if action.kind == "discrete":
+        out[:, :k] = 0.0
+        out[np.arange(len(acted)), acted] = 1.0
+    else:
+        out[:, :k] = acted.reshape(len(acted), k)
+    out[:, k] = reward
