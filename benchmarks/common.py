@@ -130,10 +130,6 @@ def steady_rate(episodes_csv: Path, budget: int, start: float = 0.2) -> float:
     return (s1 - s0) / max(t1 - t0, 1e-9)
 
 
-def median_or_none(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 def solve(args: argparse.Namespace) -> None:
     """Train ``args.env`` to ``args.target`` (the mean of the last 100 episodes) with its
     preset, once per seed; print how many seeds got there and the median whole-process time

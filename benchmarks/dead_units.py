@@ -3,7 +3,8 @@ conv layer's channels, the fully connected layer's units) that are zero after th
 every one of 200 frames of random play, the mean activation, and how much the activations vary
 from frame to frame. A network whose features have died sees every frame alike, and so its
 policy cannot tell the frames apart: on Pong, A3C runs that never took off had lost most of
-their conv features (docs/benchmarks.md#atari-pong-in-30-minutes-a3c-against-appo).
+their conv features (docs/benchmarks.md#atari-pong-in-30-minutes-a3c-against-appo as of commit
+8efeca9).
 
     python benchmarks/dead_units.py RUN_DIR [RUN_DIR ...]        # model.pt, else the checkpoint
     python benchmarks/dead_units.py --fresh RUN_DIR              # a new net of the run's shape

@@ -1,5 +1,5 @@
-"""The benchmark suite: named sets of tasks, each trained on N seeds, one run at a time, and a
-report of the distribution (docs/suite-NAME.md and its plots).
+"""The benchmark suite: named sets of tasks (benchmarks/suites.toml), each trained on N seeds,
+one run at a time, and a report of the distribution (docs/suite-NAME.md and its plots).
 
     python benchmarks/suite.py quick --seeds 5     # minutes: CartPole, Acrobot, MinAtar, Pendulum
     python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
@@ -53,7 +53,14 @@ from pathlib import Path
 import numpy as np
 from common import crossings, machine_speed
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
+#: the suites' definitions
+SUITES_FILE = Path(__file__).resolve().parent / "suites.toml"
 #: the evaluation's starts: none of them is a training env's or an evaluation-during-training's
 EVAL_SEED = 1_000_000
 
@@ -81,414 +88,82 @@ class Task:
         return bool(self.extras and self.extras[0] == "timeout")
 
 
-#: DQN Zoo's random and human scores (dqn_zoo/atari_data.py, from Mnih et al. 2015 and van
-#: Hasselt et al. 2016), for the paper's five games (Figure 1)
-ATARI_HUMAN = {
-    "BeamRider": (363.9, 16926.5),
-    "Breakout": (1.7, 30.5),
-    "Pong": (-20.7, 14.6),
-    "Qbert": (163.9, 13455.0),
-    "SpaceInvaders": (148.0, 1668.7),
-}
-
-#: the paper's A3C (16 CPU cores, Figure 1) read at 40M frames, as ray-project/rl-experiments
-#: reports it, and about one hour of training (Pong: 18 within about 2 hours)
-PAPER_A3C = {
-    "BeamRider": ("3,000", "1,000"),
-    "Breakout": ("150", "10"),
-    "Pong": ("20", "about -20"),
-    "Qbert": ("1,000", "500"),
-    "SpaceInvaders": ("600", "300"),
-}
-
-
-def atari_hour(game: str) -> Task:
-    """One of the paper's five games for 60 minutes on the defaults (the atari preset: APPO
-    since 2026-11-25; no stop rule: the target is the paper's 16-core A3C at 40M frames, read
-    by the report)."""
-    at_40m, at_1h = PAPER_A3C[game]
-    return Task(
-        f"{game}NoFrameskip-v4",
-        f"{game}NoFrameskip-v4",
-        float(at_40m.replace(",", "")),
-        ("--target-return", "1e9", "--steps", "100000000", "--eval-every", "1000000"),
-        eval_episodes=10,
-        baseline=f"paper's A3C, 16 cores: {at_40m} at 40M frames, {at_1h} after one hour",
-        extras=("timeout", "3600"),
-        human=ATARI_HUMAN[game],
-    )
-
-
-#: APPO's 16 gradient steps a rollout in PPO's published shape, 4 passes of 4 minibatches: the
-#: atari preset's until 2026-11-26 (2 of 8 since), pinned where a task repeats runs made then
-_PPO_4X4 = ("--epochs", "4", "--minibatches", "4")
-_PPO_2X4 = ("--epochs", "2", "--minibatches", "4")  # half of them: half the passes
-#: the feed-forward defaults' shape since 2026-11-26, pinned where a task runs it with a core
-#: whose preset differs (a recurrent core's is 4 x 4)
-_PPO_2X8 = ("--epochs", "2", "--minibatches", "8")
-#: the same 16 steps in one pass (each transition seen once): the fewest passes, the most frames/s
-_PPO_1X16 = ("--epochs", "1", "--minibatches", "16")
-#: the entropy bonus held at 0.01 for 8M frames (2M agent steps), then down to 0.001 by 10M
-_ENTROPY_ANNEAL = ("--entropy-final", "0.001", "--entropy-anneal-from", "2000000",
-                   "--entropy-anneal-steps", "2500000")  # fmt: skip
-
-
-def pong30(setting: str, *args: str) -> Task:
-    """Pong for 30 minutes with the atari preset and ``args``, stopped at a mean of 18."""
-    return Task(
-        f"Pong-{setting}",
-        "PongNoFrameskip-v4",
-        18.0,
-        args,
-        eval_episodes=10,
-        baseline="issue #28: 18 within 30 minutes on every seed",
-        extras=("timeout", "1800"),
-        human=ATARI_HUMAN["Pong"],
-        milestones=(-19.0, -15.0, -10.0, 0.0, 10.0, 18.0),
-    )
-
-
-def pong_lstm() -> Task:
-    """The recurrent agent on Pong for 60 minutes (issue #28 reports it at 30 and 60: the
-    halfway figure is the first), the defaults with ``--core lstm``, stopped at a mean of 18:
-    4 passes of 4 minibatches, pinned (the atari preset's with a recurrent core; its runs were
-    made when they were the feed-forward net's too)."""
-    return replace(
-        pong30("LSTM", "--core", "lstm", *_PPO_4X4),
-        baseline="issue #28: the LSTM agent on Pong reported at 30 and 60 minutes",
-        extras=("timeout", "3600"),
-    )
-
-
-def pong_hour(setting: str, *args: str) -> Task:
-    """Pong for the five games' hour (:func:`atari_hour`, no stop rule) with ``args`` on the
-    defaults, with Pong's milestones: the 30-minute target is read from the same run."""
-    return replace(
-        with_args(atari_hour("Pong"), *args),
-        name=f"Pong-hour-{setting}",
-        milestones=(-19.0, -15.0, -10.0, 0.0, 10.0, 18.0, 20.0),
-    )
-
-
 def with_args(task: Task, *args: str) -> Task:
     """``task`` with ``args`` on top; a ``--steps`` among them (a schedule's length) replaces
     the task's budget rather than leaving two for a reader to guess which the CLI takes."""
-    base = list(task.args)
+    return replace(task, args=_on_top(task.args, args))
+
+
+def _on_top(base: tuple[str, ...] | list[str], args: tuple[str, ...] | list[str]) -> tuple:
+    base = list(base)
     if "--steps" in args and "--steps" in base:
         i = base.index("--steps")
         del base[i : i + 2]
-    return replace(task, args=(*base, *args))
+    return (*base, *args)
 
 
-#: CleanRL's and SB3's PPO schedule on Atari: Adam's rate linearly to 0 over 10M agent steps
-_LR_LINEAR = ("--lr-schedule", "linear", "--steps", "10000000")
-#: the same anneal over 20M agent steps (80M frames): about 65% of 2.5e-4 at the hour's end
-#: on this machine; with the 10M one, BeamRider's hours stayed on their plateau for 15M frames
-_LR_LINEAR20 = ("--lr-schedule", "linear", "--steps", "20000000")
-#: the rate held at 2.5e-4 for the first 4M agent steps (16M frames: about the first half-hour
-#: on this machine, BeamRider's climb out of its plateau), then linearly to 0 at 8M (32M frames;
-#: a CPU faster than 8,900 frames/s ends the run at that budget, before the hour)
-_LR_HOLD = ("--lr-schedule", "linear", "--steps", "8000000", "--lr-anneal-from", "0.5")
-#: the same shape over the frames a CPU without bfloat16 units plays in the hour (float32 on
-#: an AMD Zen 3: 13.9-17.9M): held for 2.2M agent steps (8.8M frames), 0 at 4.4M (17.6M), where
-#: _LR_HOLD's 16M-frame hold there spans the whole hour and leaves the defaults' constant rate
-_LR_HOLD_SHORT = ("--lr-schedule", "linear", "--steps", "4400000", "--lr-anneal-from", "0.5")
+# ---------------------------------------------------------------------- the suites, as data
+_TASK_KEYS = {
+    "name", "env", "target", "args", "eval_episodes", "baseline", "timeout", "human",
+    "milestones", "game", "setting", "base",
+}  # fmt: skip
 
 
-def _lr_hold_time(limit: str) -> tuple[str, ...]:
-    """Adam's rate held for the first half of ``--time-limit``, then linearly to 0 at it."""
-    return ("--lr-schedule", "linear", "--lr-anneal-over", "time", "--time-limit", limit,
-            "--lr-anneal-from", "0.5")  # fmt: skip
+def _resolve(table: dict, data: dict, where: str) -> dict:
+    """A task's table with its base's keys under its own (args: on top of the base's)."""
+    unknown = set(table) - _TASK_KEYS
+    if unknown:
+        raise ValueError(f"{SUITES_FILE.name}: {where}: unknown key {sorted(unknown)[0]!r}")
+    if "base" not in table:
+        return dict(table)
+    name = table["base"]
+    if name not in data.get("base", {}):
+        raise ValueError(f"{SUITES_FILE.name}: {where}: no [base.{name}]")
+    merged = _resolve(data["base"][name], data, f"base.{name}")
+    own = {k: v for k, v in table.items() if k != "base"}
+    args = _on_top(merged.get("args", ()), own.pop("args", ()))
+    return {**merged, **own, "args": list(args)}
 
 
-#: the same shape over the hour itself (--lr-anneal-over time): held for 30 minutes, 0 at 60,
-#: on a CPU of any speed (the hour's 100M steps never bind). The trainer's own limit is the
-#: hour's: the suite's timeout, counted from the process's launch, ends the run a moment first
-_LR_HOLD_TIME = _lr_hold_time("3600s")
+def _task(table: dict, data: dict, where: str) -> Task:
+    t = _resolve(table, data, where)
+    if "game" in t:  # the game's target, baseline and human scores, unless the task has its own
+        t = {**data["game"][t["game"]], **t}
+    names = {"game": t.get("game", ""), "setting": t.get("setting", "")}
+    missing = {"name", "env", "target"} - set(t)
+    if missing:
+        raise ValueError(f"{SUITES_FILE.name}: {where}: no {sorted(missing)[0]}")
+    return Task(
+        name=t["name"].format(**names),
+        env=t["env"].format(**names),
+        target=float(t["target"]),
+        args=tuple(str(a) for a in t.get("args", ())),
+        eval_episodes=int(t.get("eval_episodes", 100)),
+        baseline=t.get("baseline", "").format(**names),
+        extras=("timeout", str(int(t["timeout"]))) if "timeout" in t else (),
+        human=tuple(float(x) for x in t["human"]) if "human" in t else None,
+        milestones=tuple(float(x) for x in t.get("milestones", ())),
+    )
 
 
-SUITES: dict[str, list[Task]] = {
-    "quick": [
-        Task(
-            "CartPole-v1",
-            "CartPole-v1",
-            475.0,
-            baseline="SB3 A2C (rl-zoo defaults) on this machine: about 23 s to 475",
-        ),
-        Task(
-            "Acrobot-v1",
-            "Acrobot-v1",
-            -100.0,
-            ("--steps", "2000000"),
-            baseline="rl-zoo A2C: -86 (its benchmark table, 500k steps)",
-        ),
-        Task(
-            "MinAtar/Breakout-v1",
-            "MinAtar/Breakout-v1",
-            3.0,
-            ("--backend", "threads", "--workers", "1", "--steps", "600000"),
-            baseline="random policy: about 0.5",
-        ),
-        Task(
-            "Pendulum-v1",
-            "Pendulum-v1",
-            -200.0,
-            ("--steps", "600000"),
-            baseline="SB3 PPO (rl-zoo settings) on this machine: see docs/benchmarks.md",
-        ),
-        Task(
-            "CartPole-v1 APPO",
-            "CartPole-v1",
-            475.0,
-            ("--algo", "appo"),
-            baseline="the A3C row above",
-        ),
-    ],
-    # Gymnasium's classic-control and Box2D tasks with no preset of their own, on the defaults
-    # their action space picks (issue #26: they must learn what SB3's defaults learn)
-    "classic": [
-        Task(
-            "LunarLander-v3",
-            "LunarLander-v3",
-            200.0,
-            baseline="SB3 PPO defaults: see docs/benchmarks.md (versus_sb3.py --sb3 ppo-defaults)",
-        ),
-        Task(
-            "LunarLander-v3 A3C",
-            "LunarLander-v3",
-            200.0,
-            ("--algo", "a3c"),
-            baseline="the defaults' row above (APPO; this is the same preset's A3C)",
-        ),
-        Task(
-            "MountainCar-v0",
-            "MountainCar-v0",
-            -110.0,
-            ("--steps", "2000000"),
-            baseline="SB3 PPO and A2C defaults do not learn it (rl-zoo tunes it: 16 envs, "
-            "normalised observations)",
-        ),
-        Task(
-            "MountainCarContinuous-v0",
-            "MountainCarContinuous-v0",
-            90.0,
-            ("--steps", "1000000"),
-            baseline="SB3 PPO defaults do not learn it (rl-zoo: gSDE)",
-        ),
-        Task(
-            "LunarLanderContinuous-v3",
-            "LunarLander-v3",
-            200.0,
-            ("--env-kwargs", "continuous=true", "--steps", "3000000"),
-            baseline="rl-zoo PPO: 200+ at 1M steps (tuned)",
-        ),
-        Task(
-            "LunarLanderContinuous-v3 A3C",
-            "LunarLander-v3",
-            200.0,
-            ("--env-kwargs", "continuous=true", "--algo", "a3c", "--steps", "3000000"),
-            baseline="the defaults' row above (APPO; this is the same preset's A3C)",
-        ),
-        Task(
-            "BipedalWalker-v3",
-            "BipedalWalker-v3",
-            300.0,
-            baseline="rl-zoo A2C, tuned: 300 at 5M steps (one run, its benchmark table)",
-        ),
-    ],
-    # memory (the recurrent cores' learning test, tests/test_learning.py): CartPole with its
-    # velocities removed, which a recurrent core must infer from the positions it has seen; the
-    # stop rule's confirmed evaluation at 150 is three times the best an MLP gets without
-    # memory (the control: 600k steps, where its curve is flat from 150k). CI trains the LSTM
-    # (the paper's recurrent agent) and the control (300k); the GRU's learning is measured here.
-    "memory": [
-        Task(
-            f"CartPoleNoVelocity {name}",
-            "tests.envs_for_tests:asyncrl-test/CartPoleNoVelocity-v1",
-            150.0,
-            ("--workers", "2", *args),
-            baseline=baseline,
-        )
-        for name, args, baseline in [
-            ("LSTM", ("--core", "lstm", "--steps", "2500000"), "the MLP below: about 45"),
-            ("GRU", ("--core", "gru", "--steps", "2500000"), "the MLP below: about 45"),
-            ("MLP", ("--steps", "600000"), "control: without memory it must stay near 45"),
+def load_suites(path: Path = SUITES_FILE) -> tuple[dict[str, list[Task]], dict[str, str]]:
+    """The suites of ``path``: name -> tasks, and name -> its line for the reports."""
+    data = tomllib.loads(path.read_text())
+    suites, about = {}, {}
+    for name, s in data["suite"].items():
+        tasks = [
+            _task({"base": s["base"], "game": g, "args": s.get("args", [])}, data, name)
+            for g in s.get("games", ())
         ]
-    ],
-    "mujoco": [
-        Task(
-            "HalfCheetah-v5",
-            "HalfCheetah-v5",
-            3000.0,
-            ("--target-return", "1e9"),
-            eval_episodes=10,
-            baseline="rl-zoo PPO: 5,819 (1M steps); A3C here: median 3,129 (log-std -2)",
-        ),
-        Task(
-            "Hopper-v5",
-            "Hopper-v5",
-            2000.0,
-            ("--target-return", "1e9"),
-            eval_episodes=10,
-            baseline="rl-zoo PPO: 2,410 (1M steps)",
-        ),
-    ],
-    "atari": [
-        Task(
-            "PongNoFrameskip-v4",
-            "PongNoFrameskip-v4",
-            18.0,
-            ("--steps", "100000000", "--eval-every", "1000000"),
-            eval_episodes=10,
-            baseline="paper's A3C, 16 cores: about 18 after 2 hours (Figure 1)",
-            extras=("timeout", "1800"),
-        ),
-        Task(
-            "BreakoutNoFrameskip-v4",
-            "BreakoutNoFrameskip-v4",
-            1e9,
-            ("--steps", "100000000", "--eval-every", "1000000"),
-            eval_episodes=10,
-            baseline="paper's A3C, 16 cores: about 10 after one hour (Figure 1)",
-            extras=("timeout", "3600"),
-        ),
-    ],
-    # the paper's five games (Figure 1), an hour each on this machine: 5 hours a seed
-    "atari5": [atari_hour(g) for g in PAPER_A3C],
-    # the same hours with the preset's A3C (`--algo a3c`): the paper's own learner beside APPO
-    "atari5-a3c": [with_args(atari_hour(g), "--algo", "a3c") for g in PAPER_A3C],
-    # the same hours with Adam's rate annealed over 10M agent steps: Pong's hour scored 19.9
-    # and 20.78 with it (seeds 0 and 1) where the defaults' scored 17.67 and 19.74; is it one
-    # setting for all five?
-    "atari5-lr-linear": [with_args(atari_hour(g), *_LR_LINEAR) for g in PAPER_A3C],
-    # the anneal over 20M agent steps: BeamRider scored 1,759.8 and 1,180.0 with the 10M one
-    # (seeds 0, 1), where the defaults' three scored 3,147.6-3,614.8; a milder anneal for both?
-    "atari5-lr-linear20": [with_args(atari_hour(g), *_LR_LINEAR20) for g in PAPER_A3C],
-    # the rate held for the first half of the budget, then annealed (BeamRider climbs with the
-    # full rate until the hour's end, Pong's last points want a small one): one setting?
-    "atari5-lr-hold": [with_args(atari_hour(g), *_LR_HOLD) for g in PAPER_A3C],
-    # the same shape over the hour's time rather than a step count: the anneal within the
-    # hour on a CPU of any speed (the step count's hold spans a slow CPU's whole hour)
-    "atari5-lr-hold-time": [with_args(atari_hour(g), *_LR_HOLD_TIME) for g in PAPER_A3C],
-    # issue #28's Pong target (18 within 30 minutes on every seed), one task per setting on
-    # the atari preset (A3C; APPO in float32 in PPO's 4 passes of 4 minibatches, and 2 of 4),
-    # the defaults on the machine at hand (2 passes of 8) and variants of them: up to 9.5 hours a
-    # seed (19 tasks; a run the stop rule ends is shorter)
-    "pong30": [
-        # measured in float32 before --precision existed; pinned so they repeat today
-        # (and APPO's 4 passes of 4 minibatches, its Atari setting then)
-        pong30("A3C", "--algo", "a3c", "--precision", "float32"),
-        pong30("APPO", "--algo", "appo", "--precision", "float32", *_PPO_4X4),
-        pong30("APPO-2-epochs", "--algo", "appo", "--precision", "float32", *_PPO_2X4),
-        pong30("APPO-bfloat16", "--algo", "appo", "--precision", "bfloat16", *_PPO_4X4),
-        # what `asyncrl train --env PongNoFrameskip-v4` picks on the machine it runs on (the
-        # report gives each run's CPU: its bfloat16 units decide --precision auto)
-        pong30("defaults"),
-        # PPO's published shape of its 16 gradient steps a rollout, 4 passes of 4 minibatches
-        # (its results are runs of the defaults when the atari preset took this shape)
-        pong30("4x4", *_PPO_4X4),
-        # the 16 steps in one pass of 16 minibatches of 64 transitions: does the frame rate it
-        # buys (9,627 frames/s in a 15-minute screen, commit e0ac330) outrun what a frame teaches?
-        pong30("1x16", *_PPO_1X16),
-        # the entropy bonus lowered once the policy plays (from 8M frames): the climb's
-        # training games are as noisy as the policy's 1.4 nats, and lowered from the start it
-        # slowed the take-off (docs/benchmarks.md, an entropy bonus annealed)
-        pong30("entropy-anneal", *_ENTROPY_ANNEAL),
-        # the last frame of each 4-frame step, not the max over its last two: Pong draws every
-        # other frame anew, and at odd no-op counts the max overlays two positions of what
-        # moves; on seed 0 the odd games took off later still
-        # (docs/benchmarks.md#what-the-last-points-are)
-        pong30("no-maxpool", "--env-kwargs", "maxpool=false"),
-        # GAE's lambda raised from PPO's 0.95: a Pong point is scored well after the hit that
-        # wins it, and with gamma 0.99 an advantage weighs a reward 20 agent steps on by 0.29
-        # at lambda 0.95 and by 0.55 at 0.98, so the take-off leans less on a critic that
-        # cannot yet relay it (the argument behind A3C's t_max 20 in the atari preset; issue
-        # #28 names GAE as a lever); 0 of 2 seeds reached 18, the odd games of seed 0 stalled
-        # near +9.5 (docs/benchmarks.md#what-the-last-points-are)
-        pong30("gae-0.98", "--gae-lambda", "0.98"),
-        # half PPO's entropy bonus from the start: the games at odd no-op counts lose more to
-        # the sampling than the even ones (a last model's sampled games 2.8-3.3 points under
-        # its greedy ones there, about 1 at even counts; on the Zen 3 one scored 19 greedily
-        # at its odd starts where its last training games there stood near -9.5), and 0.001
-        # sharpened the policy to about ln 2 nats by 14 minutes and then stalled
-        # (docs/benchmarks.md#what-the-last-points-are)
-        pong30("entropy-0.005", "--entropy-coef", "0.005"),
-        # the recurrent core in the feed-forward defaults' 2 passes of 8 minibatches, where a
-        # minibatch is one game's whole sequence (the atari preset's with --core lstm until
-        # 2026-11-29; 4 of 4 since). In 4 passes of 4 the LSTM reached 18 at 6.9-9.4M frames,
-        # the feed-forward net at 8.2-12.0M; on 2 passes of 8 the feed-forward net needs
-        # 14.5-17.2M, its games at odd no-op counts held back
-        # (docs/benchmarks.md#what-the-last-points-are): does memory carry them?
-        pong30("LSTM-2x8", "--core", "lstm", *_PPO_2X8),
-        # the same with 4 minibatches a pass: two games' sequences in each, as in 4 x 4 and
-        # in CleanRL's ppo_atari_lstm (8 envs, 4 minibatches), for 2 x 8's compute; on seed 0
-        # 2 x 8's one game a minibatch had not taken off at 6.4M frames
-        pong30("LSTM-2x4", "--core", "lstm", *_PPO_2X4),
-        # 2 x 8 again, each minibatch four pieces of 32 steps drawn from the rollout's 32 (8
-        # games x 4), each replayed from the core's state recorded there (--seq-len): 128
-        # transitions from up to four games, where one game a minibatch left the critic unfit
-        pong30("LSTM-2x8-seq32", "--core", "lstm", *_PPO_2X8, "--seq-len", "32"),
-        # 2 x 4's two games' worth a minibatch, as eight 32-step pieces: with 2 x 8 in pieces
-        # the LSTM took off 2.0-2.5M frames after the feed-forward net; the same updates as
-        # LSTM-2x4 tell whether the pieces or the smaller, more numerous updates cost it
-        pong30("LSTM-2x4-seq32", "--core", "lstm", *_PPO_2X4, "--seq-len", "32"),
-        # LSTM-2x8-seq32 with each piece's start state burnt in over the 16 steps before it at
-        # the learner's parameters (R2D2's burn-in, half its 80-step sequences' 40): do the
-        # acting parameters' stored states hold the pieces' take-off back?
-        pong30(
-            "LSTM-2x8-seq32-burnin16",
-            "--core",
-            "lstm",
-            *_PPO_2X8,
-            "--seq-len",
-            "32",
-            "--burn-in",
-            "16",
-        ),
-        # LSTM-2x4 with the previous action and reward among the core's inputs (IMPALA's and
-        # R2D2's agents): at an odd no-op count a step's press shows only on its later frames,
-        # and on seed 0 the LSTM's odd games lagged the feed-forward net's by about 2 points
-        pong30("LSTM-2x4-prev", "--core", "lstm", *_PPO_2X4, "--prev-action-reward"),
-        # the Nature DQN net, CleanRL's and SB3's PPO's on Atari, for the A3C paper's: in its
-        # hour on seed 0 (pong60's Pong-hour-nature) it learnt about twice as much a frame and
-        # reached 18 at 27 minutes; seed 1 under this task's command: +17.9 at 30
-        pong30("nature", "--net", "nature"),
-        # the hour's time-clocked hold (atari5-lr-hold-time: Pong 20.47 and 20.68 at 60
-        # minutes on a Zen 4) over the half hour: 2.5e-4 for 15 minutes, then linearly to 0 at
-        # 30: what the atari preset picks for APPO given a 30-minute --time-limit. Does the
-        # rate falling mid-climb cost the 18?
-        pong30("lr-hold-time", *_lr_hold_time("1800s")),
-        # the same as the atari preset picks it, from the limit alone: the command a user
-        # types (`asyncrl train --env PongNoFrameskip-v4 --time-limit 30m`)
-        pong30("time-limit", "--time-limit", "1800s"),
-    ],
-    # the recurrent agent (--core lstm) on Pong for an hour: 1 hour a seed
-    "lstm": [pong_lstm()],
-    # Pong's hour, where the defaults scored 17.67 and 19.74 (the paper's A3C: 20 at 40M
-    # frames): 1 hour a seed and task
-    "pong60": [
-        pong_hour("defaults"),
-        # CleanRL's and SB3's PPO on Atari: Adam's 2.5e-4 annealed linearly to 0 over 10M
-        # agent steps (40M frames, about the hour on the fastest CPU measured); the atari
-        # preset's APPO holds it constant. The climb's last points are noisy updates of a
-        # nearly settled policy, the usual reason given for the anneal
-        pong_hour("lr-linear", *_LR_LINEAR),
-        # the milder anneal (atari5-lr-linear20): does Pong keep the 10M anneal's 20?
-        pong_hour("lr-linear20", *_LR_LINEAR20),
-        # held, then annealed (atari5-lr-hold)
-        pong_hour("lr-hold", *_LR_HOLD),
-        # ... in the half as many frames as a CPU without bfloat16 units plays: is it the
-        # anneal within the hour that brings Pong to 20, whatever the frames it has?
-        pong_hour("lr-hold-short", *_LR_HOLD_SHORT),
-        # ... and over the hour's time (atari5-lr-hold-time): the same on every CPU
-        pong_hour("lr-hold-time", *_LR_HOLD_TIME),
-        # the Nature DQN net (32-64-64 filters, 512 units) that CleanRL's and SB3's PPO use on
-        # Atari, for the A3C paper's (16-32, 256): in the hour the games at odd no-op counts
-        # stall while the even ones stand near +20 (docs/benchmarks.md#pong-defaults-hour);
-        # is it the small net's room for both of Pong's alignments?
-        pong_hour("nature", "--net", "nature"),
-    ],
-}
+        tasks += [_task(t, data, f"suite.{name}") for t in s.get("task", ())]
+        names = [t.name for t in tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{path.name}: suite {name}: two tasks of one name")
+        suites[name], about[name] = tasks, s.get("about", "")
+    return suites, about
+
+
+SUITES, ABOUT = load_suites()
 
 
 # ---------------------------------------------------------------------- statistics
@@ -548,7 +223,7 @@ def curve(
 def noop_residue(start_frames: str) -> int:
     """A game's alignment with the 4-frame action repeat from its ``episodes.csv`` row: the
     no-op count (``start_frames - 1`` in a game with FIRE) mod 4, as the evaluation starts are
-    grouped (benchmarks/alignment.py)."""
+    grouped (the evaluation env draws its no-ops as Gymnasium's ``AtariPreprocessing`` does)."""
     return (int(start_frames) - 1) % 4
 
 
@@ -568,6 +243,29 @@ def by_alignment(episodes_csv: Path, window: int = 100) -> dict[str, list[float]
     for row in rows:
         groups.setdefault(str(noop_residue(row["start_frames"])), []).append(float(row["return"]))
     return {k: [len(v), statistics.fmean(v)] for k, v in sorted(groups.items())}
+
+
+def alignment_curves(
+    episodes_csv: Path, window: int = 25
+) -> dict[int, tuple[list[float], list[float]]]:
+    """Residue (no-op count mod 4) -> (the run's minutes at the end of each of its games, the
+    mean of that residue's last ``window`` games then). Empty where the file has no
+    ``start_frames`` (off Atari, or a run from before the column)."""
+    import csv
+
+    out: dict[int, tuple[list[float], list[float]]] = {}
+    games: dict[int, list[float]] = {}
+    with open(episodes_csv, newline="") as f:
+        for row in csv.DictReader(f):
+            if not row.get("start_frames"):
+                return {}
+            k = noop_residue(row["start_frames"])
+            games.setdefault(k, []).append(float(row["return"]))
+            last = games[k][-window:]
+            minutes, means = out.setdefault(k, ([], []))
+            minutes.append(float(row["wall_seconds"]) / 60)
+            means.append(sum(last) / len(last))
+    return dict(sorted(out.items()))
 
 
 # ---------------------------------------------------------------------- running
@@ -687,7 +385,7 @@ def measure(
 
 def episodes_of(record: Path) -> Path:
     """Where a timed run's ``episodes.csv`` is kept: beside its record, ``seed-N.episodes.csv``
-    (``benchmarks/alignment_curves.py`` reads it)."""
+    (:func:`alignment_curves` reads it)."""
     return record.with_name(f"{record.stem}.episodes.csv")
 
 

@@ -63,21 +63,17 @@ def test_the_last_games_are_grouped_by_their_no_op_count_mod_4(tmp_path):
 
 
 def test_training_curves_follow_each_alignment_on_the_runs_clock(tmp_path):
-    import alignment_curves
-
     csv = tmp_path / "episodes.csv"
     rows = ["episode,worker,return,length,global_step,wall_seconds,start_frames"]
     # (seconds, start_frames, return): no-op counts 4, 3, 8, 7 and 12: residues 0, 3, 0, 3, 0
     games = [(60, 5, -21), (120, 4, -20), (180, 9, -19), (240, 8, 0), (300, 13, -13)]
     rows += [f"{i + 1},0,{r},10,{i},{t},{f}" for i, (t, f, r) in enumerate(games)]
     csv.write_text("\n".join(rows) + "\n")
-    got = alignment_curves.training_curves(csv, window=2)
+    got = suite.alignment_curves(csv, window=2)
     # residue 0: -21, then the mean of (-21, -19), then of (-19, -13); residue 3: -20, -10
     assert got == {0: ([1.0, 3.0, 5.0], [-21.0, -20.0, -16.0]), 3: ([2.0, 4.0], [-20.0, -10.0])}
-    # residue 3 first at -10 at 4 minutes; residue 0 never
-    assert alignment_curves.first_minutes(got) == {0: [None, None, None], 3: [4.0, None, None]}
     csv.write_text("\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")
-    assert alignment_curves.training_curves(csv) == {}
+    assert suite.alignment_curves(csv) == {}
 
 
 def test_milestones_are_the_first_crossings_of_the_rolling_mean(tmp_path):
@@ -441,22 +437,3 @@ def test_a_sweep_over_the_backends_gives_the_ray_only_options_to_ray_alone():
     args = ["--ray-pipeline", "0", "--lr", "1e-3", "--ray-batch=4", "--max-staleness", "2", "-x"]
     assert common.off_ray(args) == ["--lr", "1e-3", "-x"]
     assert common.off_ray(["--lr", "1e-3"]) == ["--lr", "1e-3"]
-
-
-def test_alignment_counts_the_no_ops_each_evaluation_start_plays():
-    """benchmarks/alignment.py groups a model's games by the no-op frames of their starts
-    (mod 4): the evaluation env's own frame counter after a seeded reset is FIRE plus those
-    no-ops, from the suite's evaluation seeds."""
-    import alignment
-
-    from asyncrl.envs import make_eval_env
-
-    assert alignment.EVAL_SEED == suite.EVAL_SEED
-    seeds = range(alignment.EVAL_SEED, alignment.EVAL_SEED + 4)
-    counts = alignment.noop_counts("PongNoFrameskip-v4", seeds)
-    assert len(set(counts)) > 1  # the starts differ
-    for seed, count in zip(seeds, counts, strict=True):
-        env = make_eval_env("PongNoFrameskip-v4", seed)
-        _, info = env.reset(seed=seed)
-        env.close()
-        assert info["episode_frame_number"] == 1 + count
