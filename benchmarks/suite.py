@@ -1,18 +1,15 @@
 """The benchmark suite: named sets of tasks (benchmarks/suites.toml), each trained on N seeds,
-one run at a time, and a report of the distribution (docs/suite-NAME.md and its plots).
+one run at a time; every finished run appended to the results store
+(benchmarks/results.jsonl, see store.py); reports and plots generated from the store.
 
     python benchmarks/suite.py quick --seeds 5     # minutes: CartPole, Acrobot, MinAtar, Pendulum
     python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
-    python benchmarks/suite.py atari --seeds 3     # Pong, Breakout: 30 min each (hours)
-    python benchmarks/suite.py pong30 --seeds 3    # Pong, 30 min: the defaults, A3C, APPO shapes
-    python benchmarks/suite.py lstm --seeds 3      # Pong with --core lstm: up to 3 hours
-    python benchmarks/suite.py atari5-a3c --seeds 1  # the five games, an hour each, A3C
-    python benchmarks/suite.py atari5-lr-linear --seeds 3  # the five games, Adam's rate annealed
-    python benchmarks/suite.py atari5-lr-linear20 --seeds 3  # the same, annealed over 20M steps
-    python benchmarks/suite.py atari5-lr-hold --seeds 3  # the rate held, then annealed
-    python benchmarks/suite.py atari5-lr-hold-time --seeds 3  # the same over the hour's time
+    python benchmarks/suite.py pong30 --seeds 3    # Pong, 30 min: the defaults and variants
+    python benchmarks/suite.py atari5 --seeds 3    # the paper's five games, an hour each
+    python benchmarks/suite.py pong30 --seeds 3 --tasks Pong-defaults --batch pong30-zen3
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
+    python benchmarks/suite.py --docs              # docs/benchmarks.md and docs/suite-*.md
 
 Per task and seed: a whole `asyncrl train` process (wall time from launch to exit), then the
 model it keeps (best_model.pt where the run made evaluations; the last model where a time limit
@@ -28,17 +25,19 @@ resamples); the median time and steps to the target over the solved seeds; and a
 curve: the median over seeds of the mean return of the last 100 training episodes, with a band
 from the 25th to the 75th percentile.
 
-Results are kept per run in benchmarks/results/SUITE/TASK/seed-N.json: an interrupted suite
-resumes where it stopped and never reruns a finished seed (delete the file to rerun one).
+Each finished run is one row of the store, keyed by suite, batch, task and seed: an interrupted
+suite resumes where it stopped and never reruns a finished seed of its batch (``--batch NAME``
+starts a set of its own: the same suite on another CPU or commit). Reports of a run go to
+benchmarks/results/ (not tracked); ``--docs`` regenerates the tracked pages.
 Never run two benchmarks at once on a 2-core machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
 import json
-import os
 import shlex
 import shutil
 import statistics
@@ -51,7 +50,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from common import crossings, machine_speed
+import store
+from common import cpu, crossings, machine_speed
 
 try:
     import tomllib
@@ -63,6 +63,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITES_FILE = Path(__file__).resolve().parent / "suites.toml"
 #: the evaluation's starts: none of them is a training env's or an evaluation-during-training's
 EVAL_SEED = 1_000_000
+#: points of a run's learning curve by steps, and by its clock for a timed task (61: a minute
+#: apart over Pong's 60 minutes, half a minute over 30)
+CURVE_POINTS, CLOCK_POINTS = 60, 61
+#: games of one alignment averaged in a timed Atari run's curves by alignment
+ALIGNMENT_WINDOW = 25
 
 
 @dataclass(frozen=True)
@@ -203,8 +208,6 @@ def curve(
 ) -> list[float | None]:
     """The mean return of the last ``window`` training episodes at each point of ``grid``, a
     grid of global steps (or of the run's wall seconds, ``by="wall_seconds"``)."""
-    import csv
-
     steps, returns = [], []
     with open(episodes_csv, newline="") as f:
         for row in csv.DictReader(f):
@@ -230,11 +233,8 @@ def noop_residue(start_frames: str) -> int:
 def by_alignment(episodes_csv: Path, window: int = 100) -> dict[str, list[float]] | None:
     """The last ``window`` training games grouped by their alignment with the 4-frame action
     repeat, ``(start_frames - 1) mod 4`` (the no-op count mod 4 in a game with FIRE, as the
-    evaluation starts are grouped: docs/benchmarks.md#what-the-last-points-are): residue ->
-    [games, mean return].
+    evaluation starts are grouped): residue -> [games, mean return].
     None where the run's episodes.csv has no start_frames (off Atari, or an older run)."""
-    import csv
-
     with open(episodes_csv, newline="") as f:
         rows = list(csv.DictReader(f))[-window:]
     if not rows or not rows[0].get("start_frames"):
@@ -246,13 +246,11 @@ def by_alignment(episodes_csv: Path, window: int = 100) -> dict[str, list[float]
 
 
 def alignment_curves(
-    episodes_csv: Path, window: int = 25
+    episodes_csv: Path, window: int = ALIGNMENT_WINDOW
 ) -> dict[int, tuple[list[float], list[float]]]:
     """Residue (no-op count mod 4) -> (the run's minutes at the end of each of its games, the
     mean of that residue's last ``window`` games then). Empty where the file has no
     ``start_frames`` (off Atari, or a run from before the column)."""
-    import csv
-
     out: dict[int, tuple[list[float], list[float]]] = {}
     games: dict[int, list[float]] = {}
     with open(episodes_csv, newline="") as f:
@@ -266,6 +264,39 @@ def alignment_curves(
             minutes.append(float(row["wall_seconds"]) / 60)
             means.append(sum(last) / len(last))
     return dict(sorted(out.items()))
+
+
+def curves_by_alignment(
+    episodes_csv: Path, seconds: np.ndarray, end: float, window: int = ALIGNMENT_WINDOW
+) -> dict[str, list[float | None]] | None:
+    """:func:`alignment_curves` on a grid of the run's seconds: residue -> the mean of that
+    residue's last ``window`` games at each point (None before its first game and past the
+    run's ``end``). None where the file has no ``start_frames``."""
+    curves = alignment_curves(episodes_csv, window)
+    if not curves:
+        return None
+    out = {}
+    for k, (minutes, means) in curves.items():
+        at = np.searchsorted(np.asarray(minutes) * 60, seconds, side="right") - 1
+        out[str(k)] = [
+            None if i < 0 or t > end else means[i] for i, t in zip(at, seconds, strict=True)
+        ]
+    return out
+
+
+def evaluations(evaluations_csv: Path, points: int = 100) -> list[list[float]] | None:
+    """A run's evaluations during training as [global step, wall seconds, mean return], at
+    most ``points`` of them (evenly spaced, the last kept). None where it made none."""
+    if not evaluations_csv.is_file():
+        return None
+    with open(evaluations_csv, newline="") as f:
+        rows = [
+            [int(r["global_step"]), float(r["wall_seconds"]), float(r["mean"])]
+            for r in csv.DictReader(f)
+        ]
+    if len(rows) > points:
+        rows = [rows[i] for i in np.linspace(0, len(rows) - 1, points).round().astype(int)]
+    return rows or None
 
 
 # ---------------------------------------------------------------------- running
@@ -282,7 +313,7 @@ def command(task: Task, seed: int, run_dir: Path) -> list[str]:
     return cmd
 
 
-def run_one(task: Task, seed: int, out: Path, speed: dict | None = None) -> dict:
+def run_one(task: Task, seed: int, speed: dict | None = None) -> dict:
     """One seed of a task: train, then measure the run (:func:`measure`), with ``speed``, the
     machine's that day (:func:`common.machine_speed`), beside it. The run directory
     goes once the run is measured; a run that failed, or could not be measured, keeps it and
@@ -303,7 +334,7 @@ def run_one(task: Task, seed: int, out: Path, speed: dict | None = None) -> dict
             f"{run_dir}\n{proc.stderr[-3000:]}"
         )
     try:
-        result = measure(task, seed, run_dir, shlex.join(cmd), wall, out, speed, started)
+        result = measure(task, seed, run_dir, shlex.join(cmd), wall, speed, started)
     except BaseException:
         print(f"{task.name} seed {seed}: not measured; its run directory is kept: {run_dir}")
         raise
@@ -317,26 +348,33 @@ def measure(
     run_dir: Path,
     cmd: str,
     wall: float,
-    out: Path,
     speed: dict | None = None,
     started: dict | None = None,
 ) -> dict:
-    """The result of one finished run: its summary, its learning curve, and an evaluation on
-    starts no run saw of the model it keeps, or, where the task's time limit ended it unsolved
-    (the atari5 tasks have no reachable target), of its last: the agent after that time.
+    """The result of one finished run, a row for the store: its summary, its learning curves,
+    and an evaluation on starts no run saw of the model it keeps, or, where the task's time
+    limit ended it unsolved (the atari5 tasks have no reachable target), of its last: the agent
+    after that time. ``speed``: the machine's (its CPU is recorded without it too);
     ``started``: the UTC date and the commit the run started on; a run measured from its
     directory (``--from-run``) gets its summary's date and no commit (none is recorded)."""
     import asyncrl
 
     summary = json.loads((run_dir / "summary.json").read_text())
+    episodes = run_dir / "episodes.csv"
     which = "last" if task.timed and not summary["solved"] else None
     returns = asyncrl.evaluate(run_dir, episodes=task.eval_episodes, seed=EVAL_SEED, which=which)
     policy = asyncrl.load(run_dir, which)
-    grid = np.linspace(0, summary["total_steps"], 60)
+    grid = np.linspace(0, summary["total_steps"], CURVE_POINTS)
     result = {
         "task": task.name,
         "seed": seed,
+        "env": task.env,
+        "target": task.target,
         "command": cmd,
+        # a suite's seeds are run on different days, machines and commits: each names its own
+        **(started or {"date": utc_date((run_dir / "summary.json").stat().st_mtime)}),
+        "cpu": (speed or {}).get("cpu") or cpu(),
+        "calibration": None if speed is None else speed["frames_per_second"],
         "process_seconds": wall,
         "solved": bool(summary["solved"]),
         "solve_seconds": summary["solve_seconds"],
@@ -350,51 +388,66 @@ def measure(
         "final_eval": statistics.fmean(returns),
         "final_eval_returns": returns,
         "curve_steps": grid.tolist(),
-        "curve": curve(run_dir / "episodes.csv", grid),
-        "machine_speed": speed,
-        # a suite's seeds are run on different days, machines and commits: each names its own
-        **(started or {"date": utc_date((run_dir / "summary.json").stat().st_mtime)}),
+        "curve": curve(episodes, grid),
     }
-    aligned = by_alignment(run_dir / "episodes.csv")
+    aligned = by_alignment(episodes)
     if aligned is not None:
         result["last_100_by_alignment"] = aligned
     if task.milestones:
         per_step = summary["total_frames"] / max(summary["total_steps"], 1)
-        hits = crossings(run_dir / "episodes.csv", list(task.milestones))
+        hits = crossings(episodes, list(task.milestones))
         result["milestones"] = {
             f"{th:g}": None if hit is None else [hit[0] * per_step, hit[1]]
             for th, hit in hits.items()
         }
     if task.timed:  # halfway too: Pong's 60 minutes of atari5 give its 30-minute figure
         half = float(task.extras[1]) / 2
-        at = curve(run_dir / "episodes.csv", np.array([half]), by="wall_seconds")[0]
+        at = curve(episodes, np.array([half]), by="wall_seconds")[0]
         result |= {"half_seconds": half, "train_mean_at_half": at}
         # and the curve against the run's clock: a timed task's target is a time
-        seconds = np.linspace(0, 2 * half, 61)
-        by_time = curve(run_dir / "episodes.csv", seconds, by="wall_seconds")
+        seconds = np.linspace(0, 2 * half, CLOCK_POINTS)
+        by_time = curve(episodes, seconds, by="wall_seconds")
         # none past the run's end (its stop rule may end it early)
         end = summary["wall_seconds"]
         by_time = [None if t > end else v for t, v in zip(seconds, by_time, strict=True)]
         result |= {"curve_seconds": seconds.tolist(), "curve_by_time": by_time}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    if task.timed:  # every game of a timed run, kept beside its record (the run directory goes)
-        shutil.copyfile(run_dir / "episodes.csv", episodes_of(out))
+        # every game of the run by its alignment, downsampled: the run directory goes
+        by_residue = curves_by_alignment(episodes, seconds, end)
+        if by_residue is not None:
+            result["curve_by_alignment"] = by_residue
+    evals = evaluations(run_dir / "evaluations.csv")
+    if evals is not None:
+        result["evaluations"] = evals
     return result
 
 
-def episodes_of(record: Path) -> Path:
-    """Where a timed run's ``episodes.csv`` is kept: beside its record, ``seed-N.episodes.csv``
-    (:func:`alignment_curves` reads it)."""
-    return record.with_name(f"{record.stem}.episodes.csv")
+# ---------------------------------------------------------------------- the store
+def tasks_of(suite: str, rows: list[dict]) -> list[Task]:
+    """The suite's tasks, and a task for each task name of ``rows`` that the suite no longer
+    defines (from the env and target its rows recorded): a report names every run held."""
+    tasks = list(SUITES.get(suite, []))
+    known = {t.name for t in tasks}
+    for r in rows:
+        if r["task"] not in known:
+            known.add(r["task"])
+            tasks.append(Task(r["task"], r.get("env", "?"), float(r.get("target", 0.0))))
+    return tasks
 
 
-def load_results(results: Path, task: Task) -> list[dict]:
-    """Every seed of the task run so far (a task may be run on more seeds than the rest of its
-    suite: ``--seeds 10 --tasks CartPole-v1``), in seed order."""
-    folder = results / task.name.replace("/", "-")
-    paths = sorted(folder.glob("seed-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-    return [json.loads(p.read_text()) for p in paths]
+def seeds_held(rows: list[dict]) -> int:
+    """The --seeds that runs the seeds ``rows`` hold: up to the highest (a set of seeds 1 and 2
+    says --seeds 3, as --seeds runs 0..N-1; the per-seed table lists which are there)."""
+    return max(r["seed"] for r in rows) + 1
+
+
+def suite_command(suite: str, seeds: int, batch: str = "", tasks: list[str] | None = None) -> str:
+    """The command that runs (or resumes, or reports) these runs."""
+    cmd = ["python", "benchmarks/suite.py", suite, "--seeds", str(seeds)]
+    if tasks:
+        cmd += ["--tasks", *tasks]
+    if batch:
+        cmd += ["--batch", batch]
+    return shlex.join(cmd)
 
 
 # ---------------------------------------------------------------------- the report
@@ -460,17 +513,21 @@ def head_commit() -> str:
 
 def run_of(r: dict) -> str:
     """When and from which commit a result was taken ("-": results from before 2026-11-28,
-    which did not record them; the docs and git say)."""
-    return ", ".join(str(r[k]) for k in ("date", "commit") if r.get(k)) or "-"
+    which did not record them; a converted row names the commit that added its file)."""
+    cells = [str(r[k]) for k in ("date", "commit") if r.get(k)]
+    if not r.get("commit") and r.get("recorded_in"):
+        on = "" if r.get("date") else f" on {r['recorded_on']}"
+        cells.append(f"recorded in {r['recorded_in']}{on}")
+    return ", ".join(cells) or "-"
 
 
 def speed_of(r: dict) -> str:
-    """The machine's speed when the result was taken ("-": not measured, or before 2026-11-25)."""
-    speed = r.get("machine_speed")
-    if not speed:
-        return "-"
-    cpu = f" ({speed['cpu']})" if "cpu" in speed else ""
-    return f"{speed['frames_per_second']:,.0f} frames/s{cpu}"
+    """The machine's speed when the result was taken, and its CPU ("-": neither recorded)."""
+    speed = r.get("calibration")
+    cells = [f"{speed:,.0f} frames/s"] if speed else []
+    if r.get("cpu"):
+        cells.append(f"({r['cpu']})" if cells else r["cpu"])
+    return " ".join(cells) or "-"
 
 
 def band(
@@ -501,25 +558,36 @@ def band(
     return med, q1, q3
 
 
-def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Path) -> Path:
+def report(
+    suite: str,
+    tasks: list[Task],
+    rows: list[dict],
+    seeds: int,
+    out_dir: Path,
+    batch: str = "",
+    stem: str | None = None,
+) -> Path:
+    """The report of ``rows`` (one batch of the suite's runs, from the store): a table a task,
+    its learning curves (``stem``.png) and a row a seed, in ``out_dir``/``stem``.md (default
+    ``suite-SUITE`` and the batch's name)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    commit, date = head_commit(), utc_date()
-    # the seeds the records hold, not the ones asked for: a report written with --report-only,
-    # or of a folder where an earlier invocation ran more seeds, names what it reports. Counted
-    # to the highest seed held, as --seeds runs 0..N-1: a folder of seeds 1 and 2 says
-    # --seeds 3 (its per-seed table lists which are there), not --seeds 2, which runs seed 0
-    held = [r["seed"] for task in tasks for r in load_results(results, task)]
-    seeds = max(held) + 1 if held else seeds
-    cmd = f"python benchmarks/suite.py {suite} --seeds {seeds}"
+    stem = stem or f"suite-{suite}" + (f"-{batch}" if batch else "")
+    # the seeds the rows hold, not the ones asked for: a report written with --report-only
+    # names what it reports
+    seeds = seeds_held(rows) if rows else seeds
+    runs = {t.name: sorted((r for r in rows if r["task"] == t.name), key=lambda r: r["seed"])
+            for t in tasks}  # fmt: skip
+    which = f" (batch `{batch}`)" if batch else ""
     lines = [
         f"# Benchmark suite: {suite}",
         "",
-        f"Written by `{cmd}` on {date}, commit {commit}, on a machine with "
-        f"{os.cpu_count()} cores (no GPU). Each seed is one whole `asyncrl train` process with "
+        f"The runs of `{suite_command(suite, seeds, batch)}`{which}, from the results store "
+        "(`benchmarks/results.jsonl`); each seed's date, commit and CPU are in its row below. "
+        "Each seed is one whole `asyncrl train` process with "
         "the env's defaults and the arguments shown; then the model the run keeps (the best "
         "evaluation's, best_model.pt; where a time limit ended a run unsolved, the last, "
         "model.pt: the agent at that time) is evaluated on starts no run saw. *Reported solved*: "
@@ -538,13 +606,13 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     # a panel for each task with runs (a task with none is named in the table alone: the
     # README shows these plots, and empty panels pushed the curves into a strip)
-    ran = [task for task in tasks if load_results(results, task)]
+    ran = [task for task in tasks if runs[task.name]]
     fig, axes = plt.subplots(
         1, max(1, len(ran)), figsize=(4.2 * max(1, len(ran)), 3.4), squeeze=False
     )
     panels = iter(axes[0])
     for task in tasks:
-        rs = load_results(results, task)
+        rs = runs[task.name]
         if not rs:
             lines.append(f"| {task.name} | no run yet | | | | | | {task.baseline} |")
             continue
@@ -556,15 +624,12 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         t = statistics.median(r["solve_seconds"] for r in solved) if solved else None
         s = statistics.median(r["solve_steps"] for r in solved) if solved else None
         args = f" `{' '.join(task.args)}`" if task.args else ""
-        hns = ""
-        if task.human is not None:
-            rand, human = task.human
-            hns = f"; human-normalised {(statistics.median(finals) - rand) / (human - rand):.2f}"
         lines.append(
             f"| {task.name}{args} | {len(solved)} / {len(rs)} | {at_target} / {len(rs)} | "
             f"{training_at_end(rs, task.target)} | "
             f"{fmt(statistics.median(finals))}, {fmt(iqm(np.asarray(finals)))} "
-            f"[{fmt(lo)}, {fmt(hi)}]{hns} | {fmt(t)} s | {fmt(s, 0)} | {task.baseline} |"
+            f"[{fmt(lo)}, {fmt(hi)}]{normalised(task, finals)} | {fmt(t)} s | {fmt(s, 0)} | "
+            f"{task.baseline} |"
         )
         # learning curves: median and interquartile band across seeds on a common grid, of
         # minutes where the task is timed and every seed has its curve by time, else of steps
@@ -584,7 +649,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
     if ran:
         axes[0][0].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    png = out_dir / f"suite-{suite}.png"
+    png = out_dir / f"{stem}.png"
     fig.savefig(png, dpi=100)
     plt.close(fig)
     lines += [
@@ -600,7 +665,7 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in tasks:
-        for r in load_results(results, task):
+        for r in runs[task.name]:
             half = ""
             if r.get("half_seconds") is not None:  # a timed task's, halfway through its time
                 half = f" ({fmt(r['train_mean_at_half'])} at {r['half_seconds'] / 60:g} min)"
@@ -613,29 +678,302 @@ def report(suite: str, tasks: list[Task], results: Path, seeds: int, out_dir: Pa
                 f"{milestones(r)} | "
                 f"{speed_of(r)} | {run_of(r)} |"
             )
-    md = out_dir / f"suite-{suite}.md"
+    md = out_dir / f"{stem}.md"
     md.write_text("\n".join(lines) + "\n")
     return md
 
 
+def normalised(task: Task, finals: list[float]) -> str:
+    """The human-normalised score of the median final evaluation, where the task has human
+    scores: (score - random) / (human - random)."""
+    if task.human is None:
+        return ""
+    rand, human = task.human
+    return f"; human-normalised {(statistics.median(finals) - rand) / (human - rand):.2f}"
+
+
+# ---------------------------------------------------------------------- the docs pages
+#: anchors the README and the docs linked to before docs/benchmarks.md was generated, kept on
+#: the suite's section (or the set of runs' row) that now holds those figures
+SUITE_ANCHORS = {
+    "atari5": ("atari-the-papers-five-games",),
+    "atari5-lr-hold-time": ("hold-over-time-zen4",),
+    "lstm": ("the-recurrent-agent",),
+    "pong60": ("pong-hour-variants",),
+}
+BATCH_ANCHORS = {
+    "pong30-amx-2026-12-02": "pong-amx",
+    "pong30-amx-2026-12-02-e5a31ba": "pong-amx-three-seeds",
+    "pong30-lr-hold-time-zen4-2026-12-04": "hold-over-time-pong30",
+    "pong30-time-limit-zen4-2026-12-05": "pong30-time-limit",
+    "pong30-zen1-2026-12-02-7a17402": "pong-zen1",
+    "pong30-zen3-2026-11-28": "pong-zen3",
+}
+#: the harness's other scripts, whose figures are printed, not stored
+OTHER_SCRIPTS = [
+    ("calibrate.py", "the machine's speed (frames/s of the atari preset's A3C on Pong), which "
+     "the suite records with each run"),
+    ("throughput.py", "env steps a second per backend and worker count (`--plot`)"),
+    ("atari.py", "Atari: the env's frames a second, the network's ceiling, SB3's A2C beside"),
+    ("continuous.py", "continuous control: time to a target, or the score at a budget"),
+    ("versus_sb3.py", "Stable-Baselines3 side by side on the same env and budget"),
+    ("sweep.py", "an Optuna search over a preset's settings"),
+]  # fmt: skip
+
+
+def reached(r: dict) -> bool:
+    """A run reached its target: its stop rule confirmed it, or its kept model's final
+    evaluation is at it (a timed task's bar, which no stop rule watches)."""
+    return bool(r.get("solved")) or (
+        r.get("final_eval") is not None and r["final_eval"] >= r["target"]
+    )
+
+
+def _span(values: list[str]) -> str:
+    """Dates as one day or a first and last one ("-": none)."""
+    days = sorted(set(values))
+    if not days:
+        return "-"
+    return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+
+
+def _commits(rs: list[dict]) -> str:
+    """The commits the runs trained on, in order, or where none is recorded the commit that
+    added their converted files."""
+    seen = list(dict.fromkeys(r["commit"] for r in rs if r.get("commit")))
+    if not seen:
+        added = list(dict.fromkeys(r["recorded_in"] for r in rs if r.get("recorded_in")))
+        return f"- (recorded in {', '.join(added)})" if added else "-"
+    return ", ".join(seen) if len(seen) <= 3 else f"{seen[0]} ... {seen[-1]} ({len(seen)})"
+
+
+def _cpus(rs: list[dict]) -> str:
+    """The CPUs of the runs and the range of their calibrations (frames/s)."""
+    names = list(dict.fromkeys(r["cpu"] for r in rs if r.get("cpu")))
+    short = [n.replace("(R)", "").replace(" Processor", "").replace("  ", " ") for n in names]
+    cals = sorted(r["calibration"] for r in rs if r.get("calibration"))
+    cal = ""
+    if cals:
+        cal = (
+            f"{cals[0]:,.0f}"
+            if len(cals) == 1 or cals[0] == cals[-1]
+            else (f"{cals[0]:,.0f}-{cals[-1]:,.0f}")
+        )
+        cal = f" ({cal})"
+    return ("; ".join(short) or "-") + cal
+
+
+def _minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def batches_of(rows: list[dict]) -> list[str]:
+    """The batches of ``rows``: the main set first, then by their first date."""
+    first: dict[str, str] = {}
+    for r in rows:
+        b = r.get("batch", "")
+        first[b] = min(first.get(b, "9999"), r.get("date") or r.get("recorded_on") or "9999")
+    return sorted(first, key=lambda b: (b != "", first[b], b))
+
+
+def page_batch(rows: list[dict]) -> str:
+    """The batch a suite's page reports: the main set where it has runs, else the batch with
+    the most runs (the latest of those)."""
+    batches = batches_of(rows)
+    if "" in batches:
+        return ""
+    return max(reversed(batches), key=lambda b: sum(r.get("batch", "") == b for r in rows))
+
+
+def suite_table(suite: str, rows: list[dict]) -> list[str]:
+    """A suite's table for docs/benchmarks.md: a row a task and batch."""
+    lines = [
+        "| task | set | seeds reached / tried | final evaluation: median; IQM [95% CI] "
+        "| last 100 training episodes at the end (median) | time to target (median) "
+        "| CPU (calibration, frames/s) | date | commit | command |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    anchored = set()
+    for task in tasks_of(suite, rows):
+        for batch in batches_of(rows):
+            rs = store.select(rows, suite, batch, task.name)
+            if not rs:
+                continue
+            finals = [r["final_eval"] for r in rs]
+            lo, hi = interval(finals)
+            means = [r["final_train_mean"] for r in rs if r.get("final_train_mean") is not None]
+            times = [r["solve_seconds"] for r in rs if r.get("solved")]
+            label = f"`{batch}`" if batch else "main"
+            if batch in BATCH_ANCHORS and batch not in anchored:
+                anchored.add(batch)
+                label = f'<a id="{BATCH_ANCHORS[batch]}"></a>{label}'
+            cmd = suite_command(suite, seeds_held(rs), batch, [task.name])
+            dates = _span([r["date"] for r in rs if r.get("date")])
+            if dates == "-":
+                dates = _span([r["recorded_on"] for r in rs if r.get("recorded_on")])
+                dates = "-" if dates == "-" else f"recorded {dates}"
+            lines.append(
+                f"| {task.name} | {label} | {sum(reached(r) for r in rs)} / {len(rs)} | "
+                f"{fmt(statistics.median(finals))}; {fmt(iqm(np.asarray(finals)))} "
+                f"[{fmt(lo)}, {fmt(hi)}]{normalised(task, finals)} | "
+                f"{fmt(statistics.median(means)) if means else '-'} | "
+                f"{_minutes(statistics.median(times)) if times else '-'} | {_cpus(rs)} | "
+                f"{dates} | {_commits(rs)} | `{cmd}` |"
+            )
+    return lines
+
+
+def docs_page(rows: list[dict]) -> str:
+    """docs/benchmarks.md: the results store as a table a suite."""
+    suites = [s for s in SUITES if store.select(rows, s)]
+    suites += sorted({r["suite"] for r in rows if r.get("suite")} - set(SUITES))
+    others = [r for r in rows if not r.get("suite")]
+    lines = [
+        "# Benchmarks",
+        "",
+        "<!-- Generated by `python benchmarks/suite.py --docs` from benchmarks/results.jsonl: "
+        "edit the suites (benchmarks/suites.toml) or the generator, not this page. -->",
+        "",
+        f"Every run of the benchmark suite, from the results store (`benchmarks/results.jsonl`, "
+        f"{len(rows)} runs). Regenerate this page and the suite pages with "
+        "`python benchmarks/suite.py --docs`.",
+        "",
+        "## The benchmark suite",
+        "",
+        "`python benchmarks/suite.py SUITE --seeds N` trains each task of a suite "
+        "(`benchmarks/suites.toml`) on seeds 0..N-1, one whole `asyncrl train` process at a "
+        "time, evaluates the model each run keeps on starts no run saw, and appends the run to "
+        "the store: an interrupted suite resumes where it stopped. `--batch NAME` keeps a set "
+        "of runs of its own (the same suite on another CPU or commit); each row below is one "
+        "task of one set. A row's command reruns it on the checkout at hand (its commit is the "
+        "one the runs trained on), or with `--report-only` writes its per-seed report and "
+        "learning curves.",
+        "",
+        "- **Seeds reached / tried**: the runs whose stop rule confirmed the target, or whose "
+        "kept model's final evaluation is at it (a timed task's bar, which no stop rule "
+        "watches), out of those run.",
+        "- **Final evaluation**: the kept model's mean return over the task's evaluation "
+        "episodes; the median over seeds and the interquartile mean (IQM: the mean of the "
+        "middle half, rliable's recommendation) with its 95% bootstrap interval; on Atari, the "
+        "median's human-normalised score.",
+        "- **CPU (calibration)**: the CPU each run recorded and the machine's speed then "
+        "(`python benchmarks/calibrate.py`, frames/s): the same code runs 1.5x faster on one "
+        "allocation than on another, so compare timed figures beside it.",
+        "- **Date and commit**: the UTC day and the commit each run started on. Runs recorded "
+        "before 2026-11-28 have neither: their commit is the one that added their file to "
+        "`benchmarks/results/`, which held each run's files until commit 8efeca9 (a row's "
+        "`source` names its file there, for `git show 8efeca9:PATH`).",
+        "- The per-seed tables and learning curves of each suite's page name the set they "
+        "show; `--report-only --batch NAME` draws another's.",
+        "",
+        "Other scripts of the harness print their figures with the command that reproduces "
+        "them: " + "; ".join(f"`benchmarks/{name}`, {what}" for name, what in OTHER_SCRIPTS) + ".",
+        "",
+        "| suite | what it runs | tasks | runs |",
+        "|---|---|---|---|",
+    ]
+    for s in SUITES:
+        n = len(store.select(rows, s))
+        name = f"[{s}](#{s})" if n else s
+        lines.append(f"| {name} | {ABOUT.get(s, '')} | {len(SUITES[s])} | {n or 'none yet'} |")
+    for s in suites:
+        if s in SUITES:
+            continue
+        lines.append(f"| [{s}](#{s}) | no longer defined | - | {len(store.select(rows, s))} |")
+    for s in suites:
+        srows = store.select(rows, s)
+        batch = page_batch(srows)
+        shown = f"the set `{batch}`" if batch else "the main set"
+        lines += ["", *(f'<a id="{a}"></a>' for a in SUITE_ANCHORS.get(s, ())), f"## {s}", ""]
+        about = ABOUT.get(s) or "a suite no longer in benchmarks/suites.toml"
+        lines += [
+            f"{about[0].upper()}{about[1:]}. Per seed, with "
+            f"the learning curves of {shown}: [suite-{s}.md](suite-{s}.md).",
+            "",
+            *suite_table(s, srows),
+        ]
+    if others:
+        lines += [
+            "",
+            "## Other runs",
+            "",
+            "Runs of one-off investigations, kept with their learning curves (no suite: their "
+            "set names the investigation; its notes are in git at commit 8efeca9, "
+            "`benchmarks/results/SET/README.md`).",
+            "",
+            "| set | env | runs | last 100 training episodes at the end | date |",
+            "|---|---|---|---|---|",
+        ]
+        for batch in batches_of(others):
+            rs = [r for r in others if r.get("batch", "") == batch]
+            envs = ", ".join(dict.fromkeys(r.get("env", "?") for r in rs))
+            means = ", ".join(fmt(r.get("final_train_mean")) for r in rs)
+            dates = _span(
+                [
+                    r.get("date") or r.get("recorded_on")
+                    for r in rs
+                    if r.get("date") or r.get("recorded_on")
+                ]
+            )
+            lines.append(f"| `{batch}` | {envs} | {len(rs)} | {means} | {dates} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(rows: list[dict], out_dir: Path) -> list[Path]:
+    """docs/benchmarks.md and a page (with its plot) for each suite with runs."""
+    written = []
+    for s in dict.fromkeys(r["suite"] for r in rows if r.get("suite")):
+        srows = store.select(rows, s)
+        batch = page_batch(srows)
+        shown = [r for r in srows if r.get("batch", "") == batch]
+        written.append(report(s, tasks_of(s, shown), shown, 0, out_dir, batch, f"suite-{s}"))
+    page = out_dir / "benchmarks.md"
+    page.write_text(docs_page(rows))
+    return [page, *written]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("suite", choices=sorted(SUITES))
+    p.add_argument("suite", nargs="?", choices=sorted(SUITES))
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 of each task (default 5)")
     p.add_argument(
         "--from-seed",
         type=int,
         default=0,
-        help="run seeds K..N-1 only (one seed on this machine, the others' records elsewhere)",
+        help="run seeds K..N-1 only (one seed on this machine, the others' runs elsewhere)",
     )
     p.add_argument("--tasks", nargs="+", default=None, help="only these tasks of the suite")
-    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
-    p.add_argument("--out", type=Path, default=ROOT / "docs", help="where the report goes")
+    p.add_argument(
+        "--batch",
+        default="",
+        help="a set of runs of its own (the suite on another CPU or commit; default: the "
+        "suite's main set): resumes, --from-run and the report are within it",
+    )
+    p.add_argument(
+        "--store",
+        type=Path,
+        default=store.STORE,
+        help="the results store (default: benchmarks/results.jsonl)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where the report goes (default: benchmarks/results/, untracked; docs/ with --docs)",
+    )
     p.add_argument(
         "--report-only",
         action="store_true",
-        help="write the report of the records in --results (naming the seeds they hold), "
+        help="write the report of the batch's runs in the store (naming the seeds they hold), "
         "run nothing",
+    )
+    p.add_argument(
+        "--docs",
+        action="store_true",
+        help="regenerate docs/benchmarks.md and the suite pages docs/suite-*.md (and their "
+        "plots) from the store, run nothing",
     )
     p.add_argument(
         "--from-run",
@@ -654,39 +992,50 @@ def main() -> None:
         "trains) to keep with the results",
     )
     args = p.parse_args()
+    if args.docs:
+        for path in write_docs(store.read(args.store), args.out or ROOT / "docs"):
+            print(path)
+        return
+    if args.suite is None:
+        p.error("name a suite (or --docs)")
     tasks = [t for t in SUITES[args.suite] if args.tasks is None or t.name in args.tasks]
-    results = args.results / args.suite
+    key = (args.suite, args.batch)
+
+    def done() -> set[tuple[str, int]]:
+        return {(r["task"], r["seed"]) for r in store.select(store.read(args.store), *key)}
+
     if args.from_run is not None:
         if len(tasks) != 1 or args.seed is None:
             p.error("--from-run: name its one task with --tasks and its seed with --seed")
         task, seed = tasks[0], args.seed
-        path = results / task.name.replace("/", "-") / f"seed-{seed}.json"
-        if path.exists():
-            p.error(f"--from-run: {path} exists; delete it to replace it")
+        if (task.name, seed) in done():
+            p.error(f"--from-run: {args.store} holds {task.name} seed {seed} of this batch")
         wall = json.loads((args.from_run / "summary.json").read_text())["wall_seconds"]
         cmd = shlex.join(command(task, seed, Path("RUN_DIR")))
-        r = measure(task, seed, args.from_run, cmd, wall, path)
+        r = measure(task, seed, args.from_run, cmd, wall)
         r["process_seconds_from"] = "the run's summary.json wall_seconds (--from-run)"
-        path.write_text(json.dumps(r, indent=1) + "\n")
+        store.append(args.store, {"suite": args.suite, "batch": args.batch, **r})
         print(f"{task.name} seed {seed}: final eval {r['final_eval']:.1f} ({r['model']})")
     elif not args.report_only:
         speed = None
         for task in tasks:
             for seed in range(args.from_seed, args.seeds):
-                path = results / task.name.replace("/", "-") / f"seed-{seed}.json"
-                if path.is_file():
+                if (task.name, seed) in done():
                     continue  # finished before an interruption: never rerun
                 if speed is None and not args.no_speed:
                     speed = machine_speed()
                     print(f"machine speed: {speed['frames_per_second']:,.0f} frames/s", flush=True)
-                r = run_one(task, seed, path, speed)
+                r = run_one(task, seed, speed)
+                store.append(args.store, {"suite": args.suite, "batch": args.batch, **r})
                 print(
                     f"{task.name} seed {seed}: solved={r['solved']} "
                     f"final eval {r['final_eval']:.1f} ({r['model']}), "
                     f"{r['process_seconds']:.1f} s",
                     flush=True,
                 )
-    print(report(args.suite, SUITES[args.suite], results, args.seeds, args.out))
+    rows = store.select(store.read(args.store), *key)
+    out = args.out or ROOT / "benchmarks" / "results"
+    print(report(args.suite, tasks_of(args.suite, rows), rows, args.seeds, out, args.batch))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The benchmark suite's statistics against hand-worked numbers, and its resume."""
+"""The benchmark suite's statistics against hand-worked numbers, its resume, and the results
+store it appends to and its reports are generated from."""
 
 import csv
 import dataclasses
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import store
 import suite
 
 
@@ -72,8 +74,16 @@ def test_training_curves_follow_each_alignment_on_the_runs_clock(tmp_path):
     got = suite.alignment_curves(csv, window=2)
     # residue 0: -21, then the mean of (-21, -19), then of (-19, -13); residue 3: -20, -10
     assert got == {0: ([1.0, 3.0, 5.0], [-21.0, -20.0, -16.0]), 3: ([2.0, 4.0], [-20.0, -10.0])}
+    # as the store keeps them: on a grid of the run's seconds, none before a residue's first
+    # game or past the run's end (here 260 s)
+    grid = np.array([30.0, 60.0, 200.0, 250.0, 300.0])
+    assert suite.curves_by_alignment(csv, grid, end=260.0, window=2) == {
+        "0": [None, -21.0, -20.0, -20.0, None],
+        "3": [None, None, -20.0, -10.0, None],
+    }
     csv.write_text("\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")
     assert suite.alignment_curves(csv) == {}
+    assert suite.curves_by_alignment(csv, grid, end=260.0) is None
 
 
 def test_milestones_are_the_first_crossings_of_the_rolling_mean(tmp_path):
@@ -98,17 +108,14 @@ def test_milestones_are_the_first_crossings_of_the_rolling_mean(tmp_path):
 def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatch):
     ran, speeds = [], []
 
-    def fake_run(task, seed, out, speed=None):
+    def fake_run(task, seed, speed=None):
         ran.append((task.name, seed))
-        r = {
-            "task": task.name, "seed": seed, "solved": True, "solve_seconds": 1.0,
-            "solve_steps": 100, "total_steps": 100, "process_seconds": 2.0, "model": "x",
-            "final_eval": 500.0, "curve_steps": [0, 100], "curve": [None, 500.0],
-            "machine_speed": speed,
+        return {
+            "task": task.name, "seed": seed, "env": task.env, "target": task.target,
+            "solved": True, "solve_seconds": 1.0, "solve_steps": 100, "total_steps": 100,
+            "process_seconds": 2.0, "model": "x", "final_eval": 500.0, "curve_steps": [0, 100],
+            "curve": [None, 500.0], "calibration": speed["frames_per_second"],
         }  # fmt: skip
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(suite.json.dumps(r))
-        return r
 
     def fake_speed():
         speeds.append(len(ran))
@@ -116,13 +123,19 @@ def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatc
 
     monkeypatch.setattr(suite, "run_one", fake_run)
     monkeypatch.setattr(suite, "machine_speed", fake_speed)
+    results = tmp_path / "results.jsonl"
     argv = ["suite.py", "quick", "--seeds", "2", "--tasks", "CartPole-v1"]
-    argv += ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "docs")]
+    argv += ["--store", str(results), "--out", str(tmp_path / "docs")]
     monkeypatch.setattr(sys, "argv", argv)
     suite.main()
     assert ran == [("CartPole-v1", 0), ("CartPole-v1", 1)]
     assert speeds == [0]  # the machine's speed: once per invocation, before its first run
-    (tmp_path / "results" / "quick" / "CartPole-v1" / "seed-1.json").unlink()  # "interrupted"
+    # each run a row of the store, as it finished, with its suite and (main) batch
+    rows = store.read(results)
+    assert [(r["suite"], r["batch"], r["task"], r["seed"]) for r in rows] == [
+        ("quick", "", "CartPole-v1", 0), ("quick", "", "CartPole-v1", 1)
+    ]  # fmt: skip
+    results.write_text(results.read_text().splitlines(keepends=True)[0])  # "interrupted"
     suite.main()
     assert ran[2:] == [("CartPole-v1", 1)]  # seed 0 was finished: not run again
     assert speeds == [0, 2]
@@ -136,6 +149,12 @@ def test_an_interrupted_suite_does_not_rerun_finished_seeds(tmp_path, monkeypatc
     monkeypatch.setattr(sys, "argv", [*argv[:3], "4", "--from-seed", "3", *argv[4:]])
     suite.main()
     assert ran[3:] == [("CartPole-v1", 3)]
+    # another batch (the suite on another CPU) runs its own seeds, and its report is its own
+    monkeypatch.setattr(sys, "argv", [*argv, "--batch", "other"])
+    suite.main()
+    assert ran[4:] == [("CartPole-v1", 0), ("CartPole-v1", 1)]
+    other = (tmp_path / "docs" / "suite-quick-other.md").read_text()
+    assert "`python benchmarks/suite.py quick --seeds 2 --batch other` (batch `other`)" in other
 
 
 def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
@@ -154,24 +173,24 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
         "Timed", "CartPole-v1", 475.0, eval_episodes=2, extras=("timeout", "60"),
         milestones=(10.0, 1e9),
     )  # fmt: skip
-    assert suite.measure(kept, 0, run, "cmd", 1.0, tmp_path / "a.json")["model"] == "best_model.pt"
-    assert suite.measure(timed, 0, run, "cmd", 1.0, tmp_path / "b.json")["model"] == "model.pt"
-    # a timed run's games are kept beside its record; an untimed run's are not
-    kept_games = suite.episodes_of(tmp_path / "b.json")
-    assert kept_games == tmp_path / "b.episodes.csv"
-    assert kept_games.read_text() == (run / "episodes.csv").read_text()
-    assert not suite.episodes_of(tmp_path / "a.json").exists()
+    untimed = suite.measure(kept, 0, run, "cmd", 1.0)
+    assert untimed["model"] == "best_model.pt"
+    assert suite.measure(timed, 0, run, "cmd", 1.0)["model"] == "model.pt"
+    # the evaluations during training come with the row (the run directory goes)
+    evals = untimed["evaluations"]
+    assert len(evals) >= 2 and evals[-1][0] <= untimed["total_steps"]
+    assert [e[0] for e in evals] == sorted(e[0] for e in evals)
     # --from-run: a run saved from an interrupted suite becomes the seed's result
     monkeypatch.setitem(suite.SUITES, "test", [timed])
+    results = tmp_path / "results.jsonl"
     argv = ["suite.py", "test", "--tasks", "Timed", "--from-run", str(run)]
-    argv += ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "docs")]
+    argv += ["--store", str(results), "--out", str(tmp_path / "docs")]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit):  # which seed it is must be said
         suite.main()
     monkeypatch.setattr(sys, "argv", [*argv, "--seed", "2"])
     suite.main()
-    result = tmp_path / "results" / "test" / "Timed" / "seed-2.json"
-    r = suite.json.loads(result.read_text())
+    (r,) = store.read(results)
     assert r["seed"] == 2 and r["model"] == "model.pt" and len(r["final_eval_returns"]) == 2
     # a timed task reads the training mean halfway through its time too
     assert r["half_seconds"] == 30.0 and r["train_mean_at_half"] == pytest.approx(
@@ -188,7 +207,7 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
     # episode's end to the run's end (a 1 s limit: this run ends within about a second)
     assert r["curve_seconds"][-1] == 60.0 and len(r["curve_by_time"]) == 61
     short = suite.Task("Short", "CartPole-v1", 475.0, eval_episodes=2, extras=("timeout", "1"))
-    q = suite.measure(short, 0, run, "cmd", 1.0, tmp_path / "q.json")
+    q = suite.measure(short, 0, run, "cmd", 1.0)
     end = suite.json.loads((run / "summary.json").read_text())["wall_seconds"]
     with open(run / "episodes.csv", newline="") as f:
         first = float(next(csv.DictReader(f))["wall_seconds"])
@@ -199,11 +218,11 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
     assert 100 * 9 <= steps <= r["total_steps"] and seconds > 0 and never is None
     with pytest.raises(SystemExit):  # a finished seed is never overwritten
         suite.main()
-    assert suite.json.loads(result.read_text()) == r
+    assert store.read(results) == [r]
     # a timed run that its stop rule ended keeps the model that rule kept
     summary = suite.json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(suite.json.dumps({**summary, "solved": True}))
-    assert suite.measure(timed, 0, run, "cmd", 1.0, tmp_path / "c.json")["model"] == "best_model.pt"
+    assert suite.measure(timed, 0, run, "cmd", 1.0)["model"] == "best_model.pt"
 
 
 def test_a_run_its_time_limit_ends_is_measured_and_a_failed_one_keeps_its_directory(
@@ -217,7 +236,7 @@ def test_a_run_its_time_limit_ends_is_measured_and_a_failed_one_keeps_its_direct
     task = suite.Task("Timed", "CartPole-v1", 475.0, args, eval_episodes=2, extras=("timeout", "8"))
     commit = suite.head_commit()
     before = suite.utc_date()
-    r = suite.run_one(task, 0, tmp_path / "seed-0.json")
+    r = suite.run_one(task, 0)
     assert r["model"] == "model.pt" and r["process_seconds"] >= 8 and r["total_steps"] > 0
     # the day (UTC) and the commit the run started on: a suite's seeds are run on different
     # days and commits
@@ -227,7 +246,7 @@ def test_a_run_its_time_limit_ends_is_measured_and_a_failed_one_keeps_its_direct
     (tmp_path / "tmp").mkdir()
     bad = suite.Task("Bad", "CartPole-v1", 475.0, ("--steps", "-1"), extras=("timeout", "8"))
     with pytest.raises(SystemExit, match="its run directory is kept"):
-        suite.run_one(bad, 0, tmp_path / "seed-1.json")
+        suite.run_one(bad, 0)
     assert (tmp_path / "tmp").exists()
 
 
@@ -235,20 +254,18 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
     """Pong's random and human scores are -20.7 and 14.6: a median of 14.6 is 1.00, of -3.05
     is 0.50."""
     task = next(t for t in suite.SUITES["atari5"] if t.name == "PongNoFrameskip-v4")
-    folder = tmp_path / "PongNoFrameskip-v4"
-    folder.mkdir()
+    rows = []
     for seed, final in enumerate([-3.05, -10.0, 14.6]):
-        r = {
+        rows.append({
             "task": task.name, "seed": seed, "solved": False, "solve_seconds": None,
             "solve_steps": None, "total_steps": 100, "process_seconds": 3600.0, "model": "x",
             "final_eval": final, "final_train_mean": final - 1, "curve_steps": [0, 100],
             "curve": [None, final], "half_seconds": 1800.0, "train_mean_at_half": final - 5,
             "curve_seconds": [0.0, 3600.0], "curve_by_time": [None, final],
-        }  # fmt: skip
-        (folder / f"seed-{seed}.json").write_text(suite.json.dumps(r))
+        })  # fmt: skip
     unrun = next(t for t in suite.SUITES["atari5"] if t.name == "BreakoutNoFrameskip-v4")
     # asked for 5 seeds (the --report-only default): the header names the 3 the records hold
-    report = suite.report("atari5", [unrun, task], tmp_path, 5, tmp_path / "docs").read_text()
+    report = suite.report("atari5", [unrun, task], rows, 5, tmp_path / "docs").read_text()
     assert "`python benchmarks/suite.py atari5 --seeds 3`" in report
     assert "| 0 / 3 | -4.0; 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
     assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 (9.6 at 30 min) |" in report
@@ -257,10 +274,8 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
     # its curve by time, in one panel: a task without runs gets none (4.2 inches at 100 dpi)
     png = (tmp_path / "docs" / "suite-atari5.png").read_bytes()
     assert int.from_bytes(png[16:20], "big") == 420
-    # a folder of seed 2 alone (seeds 0 and 1 ran elsewhere): --seeds 3 runs it, --seeds 1 not
-    for seed in (0, 1):
-        (folder / f"seed-{seed}.json").unlink()
-    report = suite.report("atari5", [unrun, task], tmp_path, 5, tmp_path / "docs").read_text()
+    # a batch of seed 2 alone (seeds 0 and 1 ran elsewhere): --seeds 3 runs it, --seeds 1 not
+    report = suite.report("atari5", [unrun, task], rows[2:], 5, tmp_path / "docs").read_text()
     assert "`python benchmarks/suite.py atari5 --seeds 3`" in report
     assert "| PongNoFrameskip-v4 | 0 | " not in report
 
@@ -295,11 +310,13 @@ def test_a_results_machine_speed_names_its_cpu_and_bfloat16_units(monkeypatch):
     assert common.cpu().endswith(", AVX-512 BF16")
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     assert common.cpu().endswith(", no bfloat16 units")
-    speed = {"frames_per_second": 7770.4, "runs": [7770.4], "cpu": "AMD EPYC, AVX-512 BF16"}
-    assert suite.speed_of({"machine_speed": speed}) == "7,770 frames/s (AMD EPYC, AVX-512 BF16)"
-    del speed["cpu"]  # results kept before the suite recorded it
-    assert suite.speed_of({"machine_speed": speed}) == "7,770 frames/s"
+    row = {"calibration": 7770.4, "cpu": "AMD EPYC, AVX-512 BF16"}
+    assert suite.speed_of(row) == "7,770 frames/s (AMD EPYC, AVX-512 BF16)"
+    del row["cpu"]  # results kept before the suite recorded it
+    assert suite.speed_of(row) == "7,770 frames/s"
     assert suite.speed_of({}) == "-"
+    # a run without the calibration (--no-speed) still names its CPU
+    assert suite.speed_of({"cpu": "AMD EPYC, no bfloat16 units"}) == "AMD EPYC, no bfloat16 units"
     # and each run's own frames/s with the precision it ran in (results before: not recorded)
     assert suite.throughput({"frames_per_second": 5991.04, "precision": "bfloat16"}) == (
         "5,991 (bfloat16)"
@@ -437,3 +454,77 @@ def test_a_sweep_over_the_backends_gives_the_ray_only_options_to_ray_alone():
     args = ["--ray-pipeline", "0", "--lr", "1e-3", "--ray-batch=4", "--max-staleness", "2", "-x"]
     assert common.off_ray(args) == ["--lr", "1e-3", "-x"]
     assert common.off_ray(["--lr", "1e-3"]) == ["--lr", "1e-3"]
+
+
+def test_the_store_keeps_a_row_as_appended_with_its_curves_compacted(tmp_path):
+    """A run appended is read back as it was given, but for its curves (4 significant digits,
+    the grid in whole steps) and non-finite numbers (JSON has none: None)."""
+    path = tmp_path / "sub" / "results.jsonl"
+    assert store.read(path) == []  # no store yet: no runs
+    row = {
+        "suite": "quick", "batch": "", "task": "CartPole-v1", "seed": 3, "env": "CartPole-v1",
+        "target": 475.0, "date": "2026-12-05", "commit": "abc1234", "cpu": "AMD EPYC",
+        "calibration": 9264.5, "solved": True, "final_eval": 500.0, "total_steps": 123457,
+        "final_eval_returns": [500.0, 499.0], "process_seconds": 3.14159265,
+        "curve_steps": [0.0, 61728.5, 123457.0], "curve": [None, 21.123456, 474.987654],
+        "curve_by_alignment": {"0": [None, 1.23456789]}, "train_mean_at_half": float("nan"),
+    }  # fmt: skip
+    kept = store.append(path, row)
+    store.append(path, {**row, "seed": 4, "batch": "zen3"})
+    back = store.read(path)
+    assert back[0] == kept and len(back) == 2 and len(path.read_text().splitlines()) == 2
+    assert kept["curve"] == [None, 21.12, 475.0] and kept["curve_steps"] == [0, 61728, 123457]
+    assert kept["curve_by_alignment"] == {"0": [None, 1.235]}
+    assert kept["train_mean_at_half"] is None
+    # what is not a curve is kept exactly
+    for k in ("task", "seed", "calibration", "process_seconds", "final_eval_returns", "date"):
+        assert kept[k] == row[k], k
+    # a suite's runs, by batch and task, in seed order
+    assert [r["seed"] for r in store.select(back, "quick")] == [3, 4]
+    assert [r["seed"] for r in store.select(back, "quick", "zen3")] == [4]
+    assert store.select(back, "quick", "", "Acrobot-v1") == [] == store.select(back, "pong30")
+
+
+def test_the_docs_page_counts_the_seeds_that_reached_the_target_per_task_and_batch(tmp_path):
+    """docs/benchmarks.md from a small store: a row a task and batch, its seeds reached out of
+    tried (a stop rule's confirmation, or a kept model at the target), the median with its
+    interval, and the command that reruns it; a page a suite beside it."""
+    path = tmp_path / "results.jsonl"
+
+    def run(task, seed, solved, final, batch="", **extra):
+        store.append(path, {
+            "suite": "quick", "batch": batch, "task": task, "seed": seed, "env": "CartPole-v1",
+            "target": 475.0, "solved": solved, "solve_seconds": 3.0 if solved else None,
+            "solve_steps": 100 if solved else None, "total_steps": 100, "model": "x",
+            "process_seconds": 4.0, "final_eval": final, "final_train_mean": final,
+            "curve_steps": [0, 100], "curve": [None, final], **extra,
+        })  # fmt: skip
+
+    # CartPole: seed 0 solved, seed 1 not solved but its kept model at 480, seed 2 neither
+    run("CartPole-v1", 0, True, 500.0, date="2026-12-01", commit="aaa1111", cpu="AMD EPYC")
+    run("CartPole-v1", 1, False, 480.0, date="2026-12-02", commit="bbb2222", cpu="AMD EPYC")
+    run("CartPole-v1", 2, False, 100.0, date="2026-12-02", commit="bbb2222", cpu="AMD EPYC")
+    run("CartPole-v1", 5, True, 500.0, batch="zen3", calibration=4900.0)  # another set
+    run("Gone-v0", 0, False, 1.0)  # a task the suite no longer defines
+    store.append(path, {"suite": None, "batch": "probe", "task": "probe", "seed": 0,
+                        "env": "PongNoFrameskip-v4", "final_train_mean": 3.5})  # fmt: skip
+    pages = suite.write_docs(store.read(path), tmp_path / "docs")
+    assert [p.name for p in pages] == ["benchmarks.md", "suite-quick.md"]
+    page = pages[0].read_text()
+    main = next(line for line in page.splitlines() if line.startswith("| CartPole-v1 | main |"))
+    cells = [c.strip() for c in main.split("|")[1:-1]]
+    assert cells[2] == "2 / 3" and cells[3].startswith("480.0; ")
+    assert cells[7] == "2026-12-01 to 2026-12-02" and cells[8] == "aaa1111, bbb2222"
+    assert cells[9] == "`python benchmarks/suite.py quick --seeds 3 --tasks CartPole-v1`"
+    other = next(line for line in page.splitlines() if "| `zen3` |" in line)
+    assert "| 1 / 1 | 500.0; 500.0 [500.0, 500.0] |" in other and "(4,900)" in other
+    assert "--seeds 6 --tasks CartPole-v1 --batch zen3`" in other
+    assert "| Gone-v0 | main | 0 / 1 |" in page  # still reported, from its rows' target
+    assert "| `probe` | PongNoFrameskip-v4 | 1 | 3.5 |" in page  # a run of no suite
+    assert "| mujoco | " in page and "none yet" in page  # a suite without runs: named
+    assert len(page.splitlines()) <= 400
+    # the suite's page: the main set, every seed of it
+    quick = pages[1].read_text()
+    assert "`python benchmarks/suite.py quick --seeds 3`" in quick
+    assert "| CartPole-v1 | 2 | False | 100.0 |" in quick and "| 5 |" not in quick
+    assert (tmp_path / "docs" / "suite-quick.png").is_file()
