@@ -9,7 +9,7 @@ phase (the summary's `steps_per_second`; Ray's actor start-up included) and in s
 
 Ray must only talk over loopback on this machine; run it as the test command does:
 
-    scripts/loopback python benchmarks/throughput.py --seeds 3 --plot docs/throughput.png
+    scripts/loopback python benchmarks/throughput.py --seeds 3 --plot throughput.png
     scripts/loopback python benchmarks/throughput.py --backends ray --workers 2 -- --ray-batch 4
 """
 
