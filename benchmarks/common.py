@@ -13,13 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from asyncrl.config import RAY_ONLY
+from asyncrl.settings import RaySettings
 
 
 def off_ray(args: list[str]) -> list[str]:
     """``args`` without the options only Ray reads, which another backend refuses: one set of
     options serves a sweep over the backends (``-- --ray-pipeline 0``)."""
-    ray = {"--" + n.replace("_", "-") for n in RAY_ONLY}
+    ray = {"--" + n.replace("_", "-") for n in RaySettings.__dataclass_fields__}
     out, skip = [], False
     for a in args:
         if not skip and a.split("=", 1)[0] not in ray:

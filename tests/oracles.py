@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -141,3 +143,20 @@ def forward(model: nn.Module, obs: torch.Tensor):
     first = torch.ones(2, n, dtype=torch.bool)
     out = model.unroll(torch.stack([obs, obs]), model.initial_state(n), first)  # type: ignore[operator]
     return tuple(o[0] for o in out) if isinstance(out, tuple) else out[0]
+
+
+def spec_of(algo: Any) -> Any:
+    """The network spec of an algorithm built in a test from a whole config (as the trainer
+    builds it from the model section)."""
+    from asyncrl.algos.base import model_spec_for
+
+    return model_spec_for(algo.cfg, algo.model_kind, algo.info, algo.cfg.reward_scale)
+
+
+def spec_for(cfg: Any, info: Any) -> Any:
+    """The network spec the trainer hands the workers of a run of ``cfg`` on ``info``'s env."""
+    from asyncrl import algos
+    from asyncrl.algos.base import model_spec_for
+
+    kind = algos.REGISTRY[cfg.algo].model_kind
+    return model_spec_for(cfg, kind, info, cfg.reward_scale)

@@ -22,6 +22,7 @@ from asyncrl.atari import (
 )
 from asyncrl.envs import make_eval_env
 from asyncrl.errors import UserError
+from tests.oracles import spec_for, spec_of
 
 NEXT_STEP = gym.vector.AutoresetMode.NEXT_STEP
 
@@ -433,8 +434,8 @@ def test_without_ale_py_atari_ids_ask_for_it(monkeypatch):
 
 
 def test_the_atari_preset_and_probe():
-    from asyncrl.config import auto_preset
     from asyncrl.envs import probe_env
+    from asyncrl.presets import auto_preset
 
     assert auto_preset("PongNoFrameskip-v4") == "atari" == auto_preset("ALE/Breakout-v5")
     assert auto_preset("CartPole-v1") == "cartpole" and auto_preset("Pendulum-v1") == "control"
@@ -452,9 +453,9 @@ def test_the_worker_learns_across_a_lost_life_and_reports_whole_games(monkeypatc
     from asyncrl import algos
     from asyncrl.algos.a3c import A3C
     from asyncrl.backends.local import SharedMemory, run_worker
-    from asyncrl.config import preset
     from asyncrl.envs import probe_env
     from asyncrl.messages import Episodes
+    from asyncrl.presets import preset
     from asyncrl.state import GlobalState
 
     class Recording(A3C):
@@ -470,13 +471,13 @@ def test_the_worker_learns_across_a_lost_life_and_reports_whole_games(monkeypatc
     cfg = cfg.validate()
     info = probe_env(cfg.env)
     algo = Recording(cfg, info)
-    state = GlobalState.create(cfg, algo.model_spec(), 1, False)
+    state = GlobalState.create(cfg, spec_of(algo), 1, False)
     outbox = []
 
     class Box:
         send = outbox.append
 
-    run_worker(0, 0, cfg, info, SharedMemory.create(state, 1), None, Box())
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), SharedMemory.create(state, 1), None, Box())
     ends = np.concatenate([e for e, _, _ in Recording.seen])[:, 0]
     valid = np.concatenate([v for _, _, v in Recording.seen])[:, 0]
     terminal = np.flatnonzero(ends[:-1])
@@ -588,9 +589,9 @@ def test_dead_units_tells_a_network_that_sees_every_frame_alike():
     import torch
 
     from asyncrl.algos.a3c import A3C
-    from asyncrl.config import preset
     from asyncrl.envs import probe_env
     from asyncrl.models import build_model
+    from asyncrl.presets import preset
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import dead_units
@@ -598,7 +599,7 @@ def test_dead_units_tells_a_network_that_sees_every_frame_alike():
     x = dead_units.frames("PongNoFrameskip-v4", n=20)
     assert x.shape == (20, 4, 84, 84) and x.dtype == torch.uint8
     cfg = preset(None, env="PongNoFrameskip-v4", algo="a3c")
-    model = build_model(A3C(cfg, probe_env(cfg.env)).model_spec())
+    model = build_model(spec_of(A3C(cfg, probe_env(cfg.env))))
     alive = dead_units.report(model, x)
     assert len(alive) == 3 and "dead 100.0%" not in "".join(alive)
     with torch.no_grad():

@@ -11,10 +11,14 @@ import torch
 import asyncrl
 from asyncrl.algos import make_algorithm
 from asyncrl.cli import main
-from asyncrl.config import Q_METHODS, Config, _numeric_fields, auto_preset, preset
+from asyncrl.config import Config, _numeric_fields
 from asyncrl.envs import probe_env
 from asyncrl.errors import UserError
 from asyncrl.models import build_model
+from asyncrl.presets import auto_preset, preset
+from tests.oracles import spec_of
+
+Q_METHODS = ("nstep-q", "onestep-q", "onestep-sarsa")
 
 
 def test_box_envs_pick_the_continuous_presets():
@@ -57,7 +61,7 @@ def test_box_envs_pick_the_continuous_presets():
 
 def test_the_initial_log_std_reaches_the_gaussian():
     cfg = preset("control", env="Pendulum-v1", log_std_init=-0.5)
-    model = build_model(make_algorithm(cfg, probe_env(cfg.env)).model_spec())
+    model = build_model(spec_of(make_algorithm(cfg.algo, cfg, probe_env(cfg.env))))
     params, _ = model.act(
         torch.zeros(3, 3), model.initial_state(3), torch.ones(3, dtype=torch.bool)
     )
@@ -181,10 +185,10 @@ def test_appo_puts_ppos_setting_over_the_envs_preset():
     # on Ray each minibatch's gradient is a call of its own, answered before the next
     # minibatch (tests/backends/test_ray.py learns with it); A3C keeps its batch of 8: the
     # algorithm's where not given, the presets leave Ray's tuning unset
-    assert (pong.ray_batch, pong.ray_pipeline, pong.ray_tuning()) == (None, None, (1, 0))
-    assert (a3c.ray_batch, a3c.ray_pipeline, a3c.ray_tuning()) == (None, None, (8, 1))
+    assert (pong.ray_batch, pong.ray_pipeline, pong.ray_tuning(pong.algo)) == (None, None, (1, 0))
+    assert (a3c.ray_batch, a3c.ray_pipeline, a3c.ray_tuning(a3c.algo)) == (None, None, (8, 1))
     given = preset(None, env="CartPole-v1", algo="appo", backend="ray", ray_batch=4)
-    assert given.ray_tuning() == (4, 0)
+    assert given.ray_tuning(given.algo) == (4, 0)
 
 
 @pytest.mark.parametrize("name", ["ray_batch", "ray_pipeline"])
@@ -231,9 +235,15 @@ def test_the_gaussians_options_are_for_box_actions():
     pendulum = probe_env("Pendulum-v1")
     assert preset("mujoco", info=pendulum, env="Pendulum-v1").log_std_init == -1.0
     # unset, the Gaussian starts from ModelSpec's defaults: a parameter at log-std 0
-    spec = make_algorithm(Config(env="Pendulum-v1"), pendulum).model_spec()
+    spec = spec_of(
+        make_algorithm(Config(env="Pendulum-v1").algo, Config(env="Pendulum-v1"), pendulum)
+    )
     assert (spec.gaussian_std, spec.log_std_init) == ("param", 0.0)
-    spec = make_algorithm(preset("mujoco", env="Pendulum-v1"), pendulum).model_spec()
+    spec = spec_of(
+        make_algorithm(
+            preset("mujoco", env="Pendulum-v1").algo, preset("mujoco", env="Pendulum-v1"), pendulum
+        )
+    )
     assert (spec.gaussian_std, spec.log_std_init) == ("param", -1.0)
 
 

@@ -8,6 +8,7 @@ import torch
 
 from asyncrl.distributions import Categorical, DiagGaussian, distribution_for, sample_categorical
 from asyncrl.envs import ActionSpace
+from tests.oracles import spec_for, spec_of
 
 
 def test_gaussian_log_prob_and_entropy_sum_over_dimensions_closed_form():
@@ -93,7 +94,7 @@ def test_box_actions_are_clipped_or_squashed_for_the_env_and_kept_raw_for_the_lo
         env="Pendulum-v1", steps=400, t_max=4, envs_per_worker=2, gaussian_std=std, squash=squash
     )
     info = probe_env(cfg.env)
-    state = GlobalState.create(cfg, Recording(cfg, info).model_spec(), 1, False)
+    state = GlobalState.create(cfg, spec_of(Recording(cfg, info)), 1, False)
     with torch.no_grad():
         state.params.zero_()  # mean 0; log-std 0 (std 1) or softplus(0) (std ~0.69)
     from asyncrl.envs import make_vec_env as real_make
@@ -116,7 +117,7 @@ def test_box_actions_are_clipped_or_squashed_for_the_env_and_kept_raw_for_the_lo
     class Outbox(list):
         send = list.append
 
-    run_worker(0, 0, cfg, info, SharedMemory.create(state, 1), None, Outbox())
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), SharedMemory.create(state, 1), None, Outbox())
     raw = np.concatenate([a.reshape(-1) for a in Recording.seen])
     to_env = np.concatenate([s.reshape(-1) for s in sent])
     assert np.abs(to_env).max() <= 2.0  # Pendulum's torque bounds

@@ -21,6 +21,7 @@ from asyncrl.messages import Finished
 from asyncrl.monitor import Monitor
 from asyncrl.plot import metric_series
 from asyncrl.rundir import RunDir
+from tests.oracles import spec_of
 
 
 def params(model):
@@ -389,14 +390,14 @@ def test_closing_the_evaluator_ends_the_evaluation_under_way():
     the emulator as C++ tears down ("terminate called without an active exception" at the end
     of a run stopped by a signal). The episodes here never end, so only the stop ends them."""
     from asyncrl.algos import make_algorithm
-    from asyncrl.config import preset
     from asyncrl.envs import probe_env
     from asyncrl.messages import GlobalSnapshot
     from asyncrl.models import build_model, flatten_parameters
+    from asyncrl.presets import preset
 
     env = "tests.envs_for_tests:asyncrl-test/Endless-v0"
     cfg = preset(None, env=env).validate()
-    spec = make_algorithm(cfg, probe_env(env)).model_spec()
+    spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(env)))
     flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
     snap = GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
     ev = evaluation.Evaluator(spec, "a3c", env, {}, episodes=2, deterministic=True, seed=0)
@@ -565,10 +566,10 @@ def test_a_wave_steps_only_the_envs_still_in_their_episode(core):
     import gymnasium as gym
 
     from asyncrl.algos import make_algorithm
-    from asyncrl.config import preset
     from asyncrl.envs import probe_env
     from asyncrl.models import build_model
     from asyncrl.policy import Policy, play_episodes
+    from asyncrl.presets import preset
 
     class Counted(gym.Wrapper):
         steps = 0
@@ -578,7 +579,7 @@ def test_a_wave_steps_only_the_envs_still_in_their_episode(core):
             return super().step(action)
 
     cfg = preset(None, env="CartPole-v1", seed=0, core=core).validate()
-    spec = make_algorithm(cfg, probe_env(cfg.env)).model_spec()
+    spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(cfg.env)))
     torch.manual_seed(3)
     policy = Policy(build_model(spec), "a3c", spec, cfg.env)
     seeds = [11, 12, 13, 14, 15, 16]  # a wave of 4, then one of 2 beside 2 spare envs

@@ -403,8 +403,8 @@ def test_every_core_name_is_built_and_says_whether_it_has_memory():
     # of its own) must be replayed whole (Core.sequential), which APPO's minibatches follow
     import typing
 
-    from asyncrl.config import CoreName
     from asyncrl.models import CORES
+    from asyncrl.settings import CoreName
 
     assert set(typing.get_args(CoreName)) == set(CORES)
     for name, build in CORES.items():

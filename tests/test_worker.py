@@ -17,6 +17,7 @@ from asyncrl.messages import Done, Episodes, Failed, Finished, NonFinite
 from asyncrl.models import build_model, flatten_parameters
 from asyncrl.optim import SharedRMSprop
 from asyncrl.state import EPISODES, NONFINITE, GlobalState
+from tests.oracles import spec_for, spec_of
 
 
 def make_shared(params, target=None, workers=1, optimizer=None):
@@ -52,10 +53,10 @@ def run(env_id, steps, t_max, monkeypatch, **kw):
     Recording.seen = []
     cfg = Config(env=env_id, steps=steps, t_max=t_max, envs_per_worker=1, hidden=(4,), **kw)
     info = probe_env(env_id)
-    model = build_model(Recording(cfg, info).model_spec())
+    model = build_model(spec_of(Recording(cfg, info)))
     params = flatten_parameters(model)
     shared, outbox = make_shared(params), Outbox()
-    run_worker(0, 0, cfg, info, shared, None, outbox)
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), shared, None, outbox)
     return shared, outbox
 
 
@@ -134,11 +135,11 @@ def test_worker_error_is_reported_not_swallowed(monkeypatch):
     monkeypatch.setitem(algos.REGISTRY, "a3c", Broken)
     cfg = Config(steps=100, t_max=2, envs_per_worker=1, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(Broken(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(Broken(cfg, info))))
     shared = make_shared(params, workers=4)
     before = params.clone()
     outbox = Outbox()
-    run_worker(3, 0, cfg, info, shared, None, outbox)
+    run_worker(3, 0, cfg, info, spec_for(cfg, info), shared, None, outbox)
     failed = outbox[0]
     assert isinstance(failed, Failed) and failed.worker == 3 and not failed.diverged
     assert "FloatingPointError: boom" in failed.text and "Traceback" in failed.traceback
@@ -166,10 +167,10 @@ def test_a_worker_closes_its_envs_however_its_loop_ends(ending, monkeypatch):
         monkeypatch.setitem(algos.REGISTRY, "a3c", Broken)
     cfg = Config(steps=40, t_max=4, envs_per_worker=2, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(A3C(cfg, info))))
     store_type = Retiring if ending == "retired" else SharedMemoryStore
     store = store_type(cfg, make_shared(params), Outbox(), 0, 0)
-    worker = Worker(0, 0, cfg, info, store, None)
+    worker = Worker(0, 0, cfg, info, spec_for(cfg, info), store, None)
     store.attach(worker)
     closes, close = [], worker.envs.close
     worker.envs.close = lambda: closes.append(True) or close()  # type: ignore[method-assign]
@@ -215,9 +216,9 @@ def test_sarsa_takes_the_next_action_it_bootstrapped_from(monkeypatch):
         eps_probs=(1.0,),
     )
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(RecordingSarsa(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(RecordingSarsa(cfg, info))))
     shared = make_shared(params, target=params.clone())
-    run_worker(0, 0, cfg, info, shared, None, Outbox())
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), shared, None, Outbox())
     seen = RecordingSarsa.seen
     assert len(seen) > 10
     for prev, nxt in itertools.pairwise(seen):
@@ -236,11 +237,11 @@ def test_nonfinite_updates_are_never_applied(monkeypatch):
     monkeypatch.setitem(algos.REGISTRY, "a3c", NaNLoss)
     cfg = Config(steps=10_000, t_max=2, envs_per_worker=1, hidden=(4,), max_nonfinite=3)
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(NaNLoss(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(NaNLoss(cfg, info))))
     shared = make_shared(params)
     before = params.clone()
     msgs = Outbox()
-    run_worker(0, 0, cfg, info, shared, None, msgs)
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), shared, None, msgs)
     assert sum(isinstance(m, NonFinite) for m in msgs) == 3
     error = next(m for m in msgs if isinstance(m, Failed))
     assert error.diverged and "3 rollouts in a row with a non-finite update" in error.text
@@ -267,9 +268,9 @@ def test_nonfinite_updates_count_by_rollout_not_by_minibatch(monkeypatch):
     cfg = Config(algo="appo", steps=64, t_max=8, envs_per_worker=2, hidden=(4,), max_nonfinite=2)
     cfg = cfg.validate()
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(FirstRolloutNaN(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(FirstRolloutNaN(cfg, info))))
     shared, msgs = make_shared(params, optimizer=SharedRMSprop(params, 1e-3)), Outbox()
-    run_worker(0, 0, cfg, info, shared, None, msgs)
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), shared, None, msgs)
     per_rollout = cfg.epochs * cfg.minibatches
     assert per_rollout >= 2  # more non-finite updates than --max-nonfinite, in one rollout
     assert sum(isinstance(m, NonFinite) for m in msgs) == per_rollout
@@ -280,9 +281,9 @@ def test_nonfinite_updates_count_by_rollout_not_by_minibatch(monkeypatch):
 def test_a_finished_worker_leaves_a_snapshot_of_its_state():
     cfg = Config(steps=64, t_max=4, envs_per_worker=2, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(A3C(cfg, info))))
     shared, outbox = make_shared(params), Outbox()
-    run_worker(0, 0, cfg, info, shared, None, outbox)
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), shared, None, outbox)
     done = outbox[-1]
     assert isinstance(done, Done) and (done.worker, done.incarnation) == (0, 0)
     snap = done.snapshot
@@ -301,11 +302,19 @@ def test_a_resume_without_the_envs_keeps_the_rest_of_the_worker_and_plays_new_ga
 
     cfg = Config(env="Acrobot-v1", algo=algo, steps=10**6, envs_per_worker=3, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(algos.make_algorithm(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(algos.make_algorithm(cfg.algo, cfg, info))))
     shared = make_shared(params, target=params.clone())
 
     def worker(state):
-        return Worker(0, 0, cfg, info, SharedMemoryStore(cfg, shared, Outbox(), 0, 0), state)
+        return Worker(
+            0,
+            0,
+            cfg,
+            info,
+            spec_for(cfg, info),
+            SharedMemoryStore(cfg, shared, Outbox(), 0, 0),
+            state,
+        )
 
     opening = worker(None)
     opening.rng.random(5)  # the run went on: its RNG moved
@@ -338,11 +347,19 @@ def test_a_checkpoint_keeps_the_context_the_next_step_takes():
         prev_action_reward=True,
     ).validate()  # fmt: skip
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(algos.make_algorithm(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(algos.make_algorithm(cfg.algo, cfg, info))))
     shared = make_shared(params)
 
     def worker(state):
-        return Worker(0, 0, cfg, info, SharedMemoryStore(cfg, shared, Outbox(), 0, 0), state)
+        return Worker(
+            0,
+            0,
+            cfg,
+            info,
+            spec_for(cfg, info),
+            SharedMemoryStore(cfg, shared, Outbox(), 0, 0),
+            state,
+        )
 
     opening = worker(None)
     opening.collect(0)
@@ -360,9 +377,9 @@ def test_a_checkpoint_keeps_the_context_the_next_step_takes():
 def test_workers_report_their_learner_statistics():
     cfg = Config(steps=2_000, t_max=4, envs_per_worker=2, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(A3C(cfg, info))))
     shared, outbox = make_shared(params), Outbox()
-    run_worker(0, 0, cfg, info, shared, None, outbox)
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), shared, None, outbox)
     sums = {}
     for m in outbox:
         if isinstance(m, Episodes):
@@ -393,10 +410,12 @@ def test_the_last_statistics_reach_a_store_that_sends_them_with_its_snapshot():
 
     cfg = Config(steps=40, t_max=4, envs_per_worker=2, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(A3C(cfg, info))))
     shared, outbox = make_shared(params), Outbox()
     store = Queueing(cfg, shared, outbox, 0, 0)
-    Worker(0, 0, cfg, info, store, None).run()  # 5 rollouts, within STATS_EVERY: no report due
+    Worker(
+        0, 0, cfg, info, spec_for(cfg, info), store, None
+    ).run()  # 5 rollouts, within STATS_EVERY: no report due
     updates = sum(m.stats.get("loss/entropy", (0, 0))[1] for m in outbox if isinstance(m, Episodes))
     assert updates == 5
 
@@ -415,7 +434,7 @@ def test_a_worker_started_before_a_checkpoint_request_answers_it_however_late_it
 
     cfg = Config(steps=100, t_max=4, envs_per_worker=2, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(A3C(cfg, info))))
     state = GlobalState(
         params=params,
         optimizer=SharedRMSprop(params, 1e-3),
@@ -424,16 +443,16 @@ def test_a_worker_started_before_a_checkpoint_request_answers_it_however_late_it
         counters=torch.zeros((3, 1), dtype=torch.int64),
     )
     state.counters[0, 0] = 5_000  # a resumed run, 5,000 steps in
-    run = LocalRun(cfg, info, state, Recorder())  # type: ignore[arg-type]
+    run = LocalRun(cfg, info, spec_for(cfg, info), state, Recorder())  # type: ignore[arg-type]
     run.shared.checkpoint_request[0] = 3  # three checkpoints answered earlier in the run
     run._start(0, None)
     run.shared.checkpoint_request[0] = 4  # asked before the worker got going
-    wid, inc, cfg_, info_, shared, wstate = run.backend.args
+    wid, inc, cfg_, info_, _, shared, wstate = run.backend.args
     # its incarnation (its seeds) counts from the step count: not the opening's games again
     assert inc == 5_000 == run.incarnation(0)
     outbox = Outbox()
     store = SharedMemoryStore(cfg_, shared, outbox, wid, inc)
-    store.attach(Worker(wid, inc, cfg_, info_, store, wstate))
+    store.attach(Worker(wid, inc, cfg_, info_, spec_for(cfg_, info_), store, wstate))
     store.pull(params.clone(), None)
     assert [m.request for m in outbox if isinstance(m, Snapshot)] == [4]
 
@@ -451,10 +470,10 @@ def test_a_rollout_with_no_valid_transition_makes_no_update(monkeypatch):
     # masked reset step; it must not reach the optimizer (RMSProp would decay its statistics)
     cfg = Config(env="asyncrl-test/Counter-v0", steps=12, t_max=1, envs_per_worker=1, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(A3C(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(A3C(cfg, info))))
     CountingRMSprop.steps = 0
     shared = make_shared(params, optimizer=CountingRMSprop(params, 1e-3))
-    run_worker(0, 0, cfg, info, shared, None, Outbox())
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), shared, None, Outbox())
     # 12 valid steps (4 episodes of 3) and 4 reset steps: 16 rollouts, 12 updates
     assert shared.state.steps() == 12
     assert CountingRMSprop.steps == 12
@@ -496,9 +515,9 @@ def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
     monkeypatch.setitem(algos.REGISTRY, "a3c", Watching)
     cfg = Config(steps=12, t_max=4, envs_per_worker=2, hidden=(4,), normalize_obs=True)
     info = probe_env(cfg.env)
-    state = GlobalState.create(cfg, Watching(cfg, info).model_spec(), 1, False)
+    state = GlobalState.create(cfg, spec_of(Watching(cfg, info)), 1, False)
     assert state.obs_stats is not None
-    run_worker(0, 0, cfg, info, SharedMemory.create(state, 1), None, Outbox())
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), SharedMemory.create(state, 1), None, Outbox())
     losses = [i for i, (what, _) in enumerate(seen) if what == "loss"]
     assert len(losses) >= 2
     for i in losses:
@@ -518,9 +537,9 @@ def test_a_non_finite_action_is_the_policys_fault_not_the_envs(monkeypatch):
     monkeypatch.setitem(algos.REGISTRY, "a3c", NaNPolicy)
     cfg = Config(env="Pendulum-v1", steps=50, t_max=4, envs_per_worker=2, hidden=(4,))
     info = probe_env(cfg.env)
-    params = flatten_parameters(build_model(NaNPolicy(cfg, info).model_spec()))
+    params = flatten_parameters(build_model(spec_of(NaNPolicy(cfg, info))))
     outbox = Outbox()
-    run_worker(0, 0, cfg, info, make_shared(params), None, outbox)
+    run_worker(0, 0, cfg, info, spec_for(cfg, info), make_shared(params), None, outbox)
     failed = outbox[0]
     assert isinstance(failed, Failed) and failed.diverged  # restarting will not help
     assert "PolicyFault" in failed.text and "non-finite action" in failed.text

@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from asyncrl.config import Config, preset
+from asyncrl.config import Config
 from asyncrl.errors import UserError
+from asyncrl.presets import preset
 
 if TYPE_CHECKING:
     from asyncrl.policy import Policy, evaluate, load

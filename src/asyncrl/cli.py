@@ -6,8 +6,10 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import itertools
 import re
+import shutil
 import sys
 import threading
 import types
@@ -15,8 +17,10 @@ import typing
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from asyncrl.config import PRESETS, Config, field_docs, field_hints, preset
+from asyncrl.config import GROUPS, Config, choices, field_docs, field_hints, section_of
+from asyncrl.configfile import read_config_file
 from asyncrl.errors import Interrupted, TrainingError, UserError
+from asyncrl.presets import PRESETS, preset
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,20 +44,30 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    """The train options, generated from the sections' fields: one argparse group a section,
+    each option's help the first line of its field's docstring."""
     hints = field_hints()
     docs = field_docs()
+    groups = {
+        name: parser.add_argument_group(
+            f"{name} options", (inspect.getdoc(cls) or "").splitlines()[0]
+        )
+        for name, cls in GROUPS.items()
+    }
+    sections = section_of()
     for f in dataclasses.fields(Config):
         hint, _ = hints[f.name]
         flag = "--" + f.name.replace("_", "-")
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
         default = f.default
-        help_ = docs.get(f.name, "") + ("" if default is None else f" (default: {default})")
+        summary = docs.get(f.name, "").split("\n")[0]
+        help_ = summary + ("" if default in (None, ()) else f" (default: {default})")
         args = typing.get_args(hint)
         origin = typing.get_origin(hint)
         if hint is bool:
             kw["action"] = argparse.BooleanOptionalAction
-        elif origin is typing.Literal:
-            kw["choices"] = list(args)
+        elif choices(f.name) is not None:
+            kw["choices"] = list(choices(f.name) or ())
         elif origin is tuple:
             kw.update(type=args[0], nargs="+")
         elif hint in (int, float, str):
@@ -62,7 +76,13 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
             raise TypeError(f"no CLI mapping for {f.name}: {hint}")
         if isinstance(hint, types.UnionType):  # pragma: no cover
             raise TypeError(f"no CLI mapping for {f.name}: {hint}")
-        parser.add_argument(flag, help=help_.replace("%", "%%"), **kw)
+        groups[sections[f.name]].add_argument(flag, help=help_.replace("%", "%%"), **kw)
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    # a help line a screen wide (at least 100 columns): each option's help in two lines
+    width = max(100, shutil.get_terminal_size().columns)
+    return argparse.HelpFormatter(prog, width=min(width, 140), max_help_position=32)
 
 
 def _debug(parser: argparse.ArgumentParser) -> None:
@@ -77,22 +97,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    t = sub.add_parser("train", help="train an agent (default: A3C on CartPole-v1, all cores)")
+    t = sub.add_parser(
+        "train",
+        help="train an agent (default: A3C on CartPole-v1, all cores)",
+        formatter_class=_formatter,
+        description="Train an agent. Settings come from the env's preset, then --config FILE, "
+        "then the options given here (docs/configuration.md).",
+    )
     t.add_argument(
         "--preset",
         choices=PRESETS,
         default=None,
-        help="base hyper-parameters: tuned for vector envs (cartpole), Atari (atari), MinAtar "
-        "(minatar), continuous control (control, mujoco, box2d, box2d-lander), Box2D's discrete "
-        "actions (box2d-discrete), or the paper's (paper); default: picked from --env "
-        "(docs/presets.md)",
+        help="base settings (asyncrl presets lists them); default: picked from --env",
+    )
+    t.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="a TOML file of settings (or a run's config.json / config.toml) over the preset's",
     )
     t.add_argument(
         "--resume",
         metavar="RUN_DIR",
         default=None,
-        help="continue RUN_DIR from its last checkpoint (its config.json, updated by the "
-        "options given here)",
+        help="continue RUN_DIR from its last checkpoint, with the options given here",
     )
     _debug(t)
     _add_config_options(t)
@@ -130,33 +158,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--window", type=int, default=100, help="rolling-mean window (default: 100)")
     _debug(pl)
+
+    pr = sub.add_parser("presets", help="list the presets, or show one resolved for an env")
+    pr.add_argument("name", metavar="NAME", nargs="?", default=None, help="the preset to show")
+    pr.add_argument("--env", default=None, help="resolve it for this env (default: CartPole-v1)")
+    pr.add_argument("--algo", default=None, help="resolve it for this algorithm")
+    _debug(pr)
     return p
 
 
 def _train(ns: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(Config)}
     # nargs="+" options arrive as lists; the config holds tuples
-    given: dict[str, Any] = {
+    cli: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if k in fields
     }
     if ns.resume is not None:  # the run's own config: train probes its env and opens its cluster
         from asyncrl.trainer import train
 
-        if ns.preset is not None:
-            raise UserError(
-                "--preset: a resumed run keeps its settings (config.json in the --resume "
-                "directory; options given with --resume override them): drop --preset"
-            )
-
-        s = train(resume=ns.resume, **given)
+        for flag in ("preset", "config"):
+            if getattr(ns, flag) is not None:
+                raise UserError(
+                    f"--{flag}: a resumed run keeps its settings (config.json in the --resume "
+                    f"directory; options given with --resume override them): drop --{flag}"
+                )
+        s = train(resume=ns.resume, **cli)
     else:
         from asyncrl.envs import parse_env_kwargs, probe_env
 
+        from_file = read_config_file(ns.config) if ns.config is not None else {}
+        given = {**from_file, **cli}
         # The env's one probe: it picks the preset and goes to train, which builds no env of
         # its own; a bad env id (or config) is refused here, before Ray starts.
         env = given.get("env", Config.env)
         info = probe_env(env, parse_env_kwargs(given.get("env_kwargs", ())))
-        cfg = preset(ns.preset, info=info, **given).validate().check_env(info)
+        try:
+            cfg = preset(ns.preset, info=info, **given).validate().check_env(info)
+        except UserError as e:  # a value of the file's: name the file and its key
+            named = re.match(r"--([\w-]+)(: .*)", str(e))
+            if named and (key := named[1].replace("-", "_")) in from_file and key not in cli:
+                raise UserError(f"--config {ns.config}: {key}{named[2]}") from e
+            raise
         with _cluster_while_importing(cfg):
             from asyncrl.trainer import train
 
@@ -252,9 +294,28 @@ def _plot(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _presets(ns: argparse.Namespace) -> int:
+    from asyncrl.configfile import config_toml
+    from asyncrl.presets import describe
+
+    if ns.name is None:
+        width = max(len(n) for n in PRESETS)
+        for name in PRESETS:
+            print(f"{name:<{width}}  {describe(name)}")
+        print("\nasyncrl presets NAME [--env ENV] shows one resolved; docs/presets.md says why")
+        return 0
+    over: dict[str, Any] = {"env": ns.env or Config.env}
+    if ns.algo is not None:
+        over["algo"] = ns.algo
+    cfg = preset(ns.name, **over).validate()
+    header = f"preset {ns.name} for {cfg.env}: {describe(ns.name)}\n(a valid --config FILE)"
+    print(config_toml(cfg, header), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
-    handler = {"train": _train, "eval": _eval, "plot": _plot}[ns.command]
+    handler = {"train": _train, "eval": _eval, "plot": _plot, "presets": _presets}[ns.command]
     try:
         return handler(ns)
     except UserError as e:

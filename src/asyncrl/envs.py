@@ -199,7 +199,7 @@ def parse_env_kwargs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
     import ast
     import json
 
-    if isinstance(pairs, str):  # Config(env_kwargs="k=v") would be read letter by letter
+    if isinstance(pairs, str):  # env_kwargs="k=v" would be read letter by letter
         raise UserError(
             f"env_kwargs: a tuple of KEY=VALUE strings, got the string {pairs!r}: give ({pairs!r},)"
         )
@@ -223,25 +223,24 @@ def parse_env_kwargs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
 def preset_for(
     spec: gym.envs.registration.EnvSpec, action: ActionSpace | None = None
 ) -> str | None:
-    """The preset (:mod:`asyncrl.config`) an env calls for where the user names none: atari for
-    ALE games, minatar for MinAtar, mujoco for Gymnasium's MuJoCo tasks, box2d for Box2D's with
-    Box actions (box2d-lander for LunarLander's: APPO there, A3C on BipedalWalker, each as
-    measured) and box2d-discrete for the others, control for other Box actions, cartpole (the
-    vector-observation defaults) otherwise. None: the action space decides, and ``action`` is
-    not given (the env was not built)."""
-    if spec.id.startswith("MinAtar/"):
-        return "minatar"
-    if is_atari(spec):
-        return "atari"
-    if is_mujoco(spec):
-        return "mujoco"
-    if action is None:
-        return None
-    if action.kind != "box":
-        return "box2d-discrete" if is_box2d(spec) else "cartpole"
-    if not is_box2d(spec):
-        return "control"
-    return "box2d-lander" if spec.id.startswith("LunarLander") else "box2d"
+    """The preset (:mod:`asyncrl.presets`) an env calls for where the user names none: the
+    first rule of ``rules.toml`` that holds. None: a rule needs the action space, and
+    ``action`` is not given (the env was not built)."""
+    from asyncrl.presets import rules
+
+    family = {"atari": is_atari, "mujoco": is_mujoco, "box2d": is_box2d}
+    for rule in rules():
+        if not spec.id.startswith(rule.get("id_prefix", "")):
+            continue
+        if "family" in rule and not family[rule["family"]](spec):
+            continue
+        if "box_actions" in rule:
+            if action is None:
+                return None
+            if (action.kind == "box") != rule["box_actions"]:
+                continue
+        return str(rule["preset"])
+    return "cartpole"
 
 
 def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:

@@ -11,11 +11,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from asyncrl.config import Config
 from asyncrl.messages import Finished, StatSums
-from asyncrl.optim import scheduled_lr
+from asyncrl.optim import ScheduleSettings, scheduled_lr
 from asyncrl.rundir import RunDir, write_atomically
 from asyncrl.tbevents import ScalarWriter
 
@@ -72,6 +71,22 @@ def _read_csv(path: Any) -> list[list[str]]:
         return list(csv.reader(f))
 
 
+class MonitorSettings(ScheduleSettings, Protocol):
+    """What the monitor reads: the stop rule's window and kind, the outputs, the schedules."""
+
+    @property
+    def window(self) -> int: ...
+    @property
+    def stop_on(self) -> str: ...
+    @property
+    def tensorboard(self) -> bool: ...
+    @property
+    def progress(self) -> bool: ...
+    @property
+    def entropy_final(self) -> float | None: ...
+    def entropy_coef_at(self, global_step: int, budget: int | None = None) -> float: ...
+
+
 class Monitor:
     """Counts episodes, keeps the rolling mean, decides when the target is reached; averages
     the workers' learner statistics and writes them every few seconds."""
@@ -79,7 +94,7 @@ class Monitor:
     def __init__(
         self,
         run_dir: RunDir,
-        cfg: Config,
+        cfg: MonitorSettings,
         *,
         target_return: float | None,
         frames_per_step: int = 1,

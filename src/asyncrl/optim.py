@@ -8,12 +8,42 @@ without locks (Hogwild, Recht et al., 2011), as the paper does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from asyncrl.config import Config
+
+class OptimizerSettings(Protocol):
+    """What the shared optimizer reads: the optimiser's section and the backend."""
+
+    @property
+    def optimizer(self) -> str: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def rms_alpha(self) -> float: ...
+    @property
+    def rms_init(self) -> float | None: ...
+    @property
+    def eps(self) -> float: ...
+    @property
+    def backend(self) -> str: ...
+
+
+class ScheduleSettings(Protocol):
+    """What the learning-rate schedule reads: the optimiser's schedule and the run's budgets."""
+
+    @property
+    def lr(self) -> float: ...
+    @property
+    def lr_schedule(self) -> str: ...
+    @property
+    def lr_anneal_from(self) -> float: ...
+    @property
+    def lr_anneal_over(self) -> str: ...
+    @property
+    def steps(self) -> int: ...
+    def time_limit_seconds(self) -> float | None: ...
 
 
 def _shared_zeros_like(t: torch.Tensor) -> torch.Tensor:
@@ -124,7 +154,7 @@ class SharedAdam:
 SharedOptimizer = SharedRMSprop | SharedAdam
 
 
-def make_optimizer(cfg: Config, params: torch.Tensor) -> SharedOptimizer:
+def make_optimizer(cfg: OptimizerSettings, params: torch.Tensor) -> SharedOptimizer:
     """The shared optimizer ``cfg`` names, over the flat parameter vector ``params``."""
     if cfg.optimizer == "rmsprop":
         return SharedRMSprop(params, cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps, init=rms_start(cfg))
@@ -133,7 +163,7 @@ def make_optimizer(cfg: Config, params: torch.Tensor) -> SharedOptimizer:
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
 
 
-def rms_start(cfg: Config) -> float:
+def rms_start(cfg: OptimizerSettings) -> float:
     """RMSProp's starting average of squared gradients: ``--rms-init`` (or the preset's: 1 on
     Atari), else the backend's."""
     return cfg.rms_init if cfg.rms_init is not None else rms_init_for(cfg.backend)
@@ -162,7 +192,7 @@ def linear_lr(lr: float, step: float, total_steps: float, hold: float = 0.0) -> 
     return lr * max(0.0, 1.0 - (step - start) / (total_steps - start))
 
 
-def scheduled_lr(cfg: Config, step: int, elapsed: float = 0.0) -> float:
+def scheduled_lr(cfg: ScheduleSettings, step: int, elapsed: float = 0.0) -> float:
     """The rate ``cfg``'s schedule gives at global step ``step``, ``elapsed`` seconds into the
     run (the clock of ``--time-limit``): the one place the updates and the logged
     ``train/learning_rate`` read it from, so the two cannot disagree.
@@ -176,7 +206,7 @@ def scheduled_lr(cfg: Config, step: int, elapsed: float = 0.0) -> float:
     lr = linear_lr(cfg.lr, step, cfg.steps, cfg.lr_anneal_from)
     if cfg.lr_anneal_over == "time":
         limit = cfg.time_limit_seconds()
-        assert limit is not None  # Config checks it
+        assert limit is not None  # the config checks it
         lr = min(lr, linear_lr(cfg.lr, elapsed, limit, cfg.lr_anneal_from))
     return lr
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
 
-from asyncrl.config import Config
 from asyncrl.errors import UserError
 from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import (
@@ -21,7 +21,28 @@ from asyncrl.models import (
     flatten_parameters,
     obs_stats_of,
 )
-from asyncrl.optim import SharedOptimizer, make_optimizer, scheduled_lr
+from asyncrl.optim import (
+    OptimizerSettings,
+    ScheduleSettings,
+    SharedOptimizer,
+    make_optimizer,
+    scheduled_lr,
+)
+
+
+class StateSettings(OptimizerSettings, Protocol):
+    """What fresh global state reads: the optimiser's settings and the run's seed."""
+
+    @property
+    def seed(self) -> int: ...
+
+
+class UpdateSettings(ScheduleSettings, Protocol):
+    """What an update reads: the schedule, and the Q methods' target-network period."""
+
+    @property
+    def target_update(self) -> int: ...
+
 
 # Rows of the counters (one column per worker: each worker writes its own, lock-free).
 STEPS, EPISODES, NONFINITE = 0, 1, 2
@@ -43,7 +64,12 @@ class GlobalState:
 
     @classmethod
     def create(
-        cls, cfg: Config, spec: ModelSpec, workers: int, uses_target: bool, shared: bool = True
+        cls,
+        cfg: StateSettings,
+        spec: ModelSpec,
+        workers: int,
+        uses_target: bool,
+        shared: bool = True,
     ) -> GlobalState:
         """Fresh parameters (seeded by ``cfg.seed``), optimizer statistics and counters; in
         shared memory unless ``shared`` is False (the Ray server's copy)."""
@@ -70,7 +96,7 @@ class GlobalState:
         return state
 
     @classmethod
-    def from_snapshot(cls, cfg: Config, snap: GlobalSnapshot) -> GlobalState:
+    def from_snapshot(cls, cfg: OptimizerSettings, snap: GlobalSnapshot) -> GlobalState:
         """A private (not shared) copy of a snapshot: the Ray parameter server's state."""
         params = torch.from_numpy(snap.params.copy())
         state = cls(
@@ -100,7 +126,7 @@ class GlobalState:
 
     # ------------------------------------------------------------------ updates
     def apply_update(
-        self, cfg: Config, grad: torch.Tensor, global_step: int, elapsed: float = 0.0
+        self, cfg: UpdateSettings, grad: torch.Tensor, global_step: int, elapsed: float = 0.0
     ) -> float:
         """One asynchronous update (every store applies it this way), ``elapsed`` seconds into
         the run (for a schedule over time); returns the lr used."""

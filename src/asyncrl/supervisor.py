@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from asyncrl.config import Config
 from asyncrl.messages import (
     Done,
     Episodes,
@@ -129,10 +128,31 @@ class Run(Protocol):
         ...
 
 
+class SupervisorSettings(Protocol):
+    """What the supervisor reads: the run's budgets, checkpoints and fault limits, and the
+    evaluation schedule and stop rule."""
+
+    @property
+    def steps(self) -> int: ...
+    @property
+    def window(self) -> int: ...
+    @property
+    def stop_on(self) -> str: ...
+    @property
+    def eval_every(self) -> int | None: ...
+    @property
+    def confirm_stderr(self) -> float: ...
+    @property
+    def max_worker_restarts(self) -> int: ...
+    def eval_interval(self, steps: int) -> int: ...
+    def checkpoint_interval(self) -> tuple[str, float]: ...
+    def time_limit_seconds(self) -> float | None: ...
+
+
 class Supervisor:
     def __init__(
         self,
-        cfg: Config,
+        cfg: SupervisorSettings,
         run: Run,
         monitor: Monitor,
         write_checkpoint: Callable[[GlobalSnapshot, dict[int, dict], int], None],
@@ -283,7 +303,7 @@ class Supervisor:
         if self.stopping or self.evaluator is None or ev.busy:  # None: one failed just now
             return
         step = self.run_.global_step()
-        every = self.cfg.eval_interval
+        every = self.cfg.eval_interval(self.cfg.steps)
         due = every > 0 and step - self.last_eval_step >= every
         if due and self.cfg.eval_every is None:
             # the default interval also keeps evaluation's share of the run's time small: the

@@ -18,17 +18,11 @@ import numpy as np
 import torch
 
 from asyncrl.algos import Algorithm, make_algorithm
+from asyncrl.algos.base import model_spec_for
 from asyncrl.backends import cluster_for, make_run, worker_count
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
-from asyncrl.config import (
-    ALGO_ONLY,
-    BOX_ONLY,
-    RAY_ONLY,
-    READ_WITH,
-    Config,
-    field_default,
-    preset,
-)
+from asyncrl.config import Config, reset_misfits
+from asyncrl.configfile import config_toml
 from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.evaluation import Evaluation, Evaluator
@@ -37,6 +31,7 @@ from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
 from asyncrl.monitor import Monitor
 from asyncrl.optim import rms_start
+from asyncrl.presets import preset
 from asyncrl.rundir import RunDir, write_atomically
 from asyncrl.state import GlobalState
 from asyncrl.supervisor import Ended, Outcome, Supervisor
@@ -81,8 +76,8 @@ def _train(
     t0: float,
 ) -> dict[str, Any]:
     cfg, ckpt, info = _config(cfg, resume, info, overrides)
-    algo = make_algorithm(cfg, info)
-    spec = algo.model_spec()
+    algo = make_algorithm(cfg.algo, cfg.algo_settings(), info)
+    spec = model_spec_for(cfg, algo.model_kind, info, cfg.reward_scale)
     if ckpt is not None:  # a checkpoint that does not fit is bad input: refused before Ray starts
         fresh = GlobalState.create(cfg, spec, 1, algo.uses_target_network, shared=False)
         fresh.check_fits(ckpt["glob"], Path(str(cfg.run_dir)))
@@ -140,6 +135,10 @@ def _run(
         if ckpt is not None:
             state.restore(ckpt["glob"])
         run_dir.write_json(run_dir.config, cfg.to_dict())
+        # the same settings in sections, for a person and for --config
+        header = f"asyncrl train --config {run_dir.path / 'config.toml'} trains this run again"
+        text = config_toml(cfg, header).encode()
+        write_atomically(run_dir.path / "config.toml", lambda f: f.write(text))
         monitor = Monitor(
             run_dir,
             cfg,
@@ -265,41 +264,18 @@ def _config(
                 f"{' ' + ' '.join(saved.env_kwargs) if saved.env_kwargs else ''}); drop "
                 f"{flag}, or train a new run on the other env"
             )
-    cfg = _unused_at_defaults(
-        dataclasses.replace(saved, **overrides, run_dir=str(run_dir)), overrides
+    # A resumed run's saved settings that its config now ignores go back to their defaults (the
+    # applicability table): the Ray options of a Ray run resumed on another backend, and what
+    # an older version accepted and ignored. The command line cannot unset them, and the run
+    # learnt without them; options given now are checked as given (and refused where they
+    # would be ignored). The Gaussian's options once the env's probe tells its actions.
+    cfg = reset_misfits(
+        dataclasses.replace(saved, **overrides, run_dir=str(run_dir)), overrides.keys(), None
     )
     cfg = cfg.validate()
     info = probed(info, cfg.env, cfg.env_kwargs_dict)
-    if info.action.kind != "box":  # (the Gaussian's options: see _unused_at_defaults)
-        reset = {n: field_default(n) for n in BOX_ONLY if n not in overrides}
-        cfg = dataclasses.replace(cfg, **reset)
+    cfg = reset_misfits(cfg, overrides.keys(), info.action.kind)
     return cfg.check_env(info), load_checkpoint(run_dir.path), info
-
-
-def _unused_at_defaults(cfg: Config, given: dict[str, Any]) -> Config:
-    """A resumed run's saved settings that its config now ignores, back at their defaults: the
-    Ray options of a Ray run resumed on another backend, and what an older version accepted
-    and ignored (an option of another algorithm, --rms-init or --rms-alpha with Adam, --rho-bar
-    or --c-bar without --vtrace, --n-step or --missing zero with it, --obs-clip without
-    --normalize-obs, --confirm-stderr with --stop-on train, --lstm-size without a core,
-    --no-shared-trunk with one; the Gaussian's options without Box actions, which _config
-    resets once it has probed the env). The command
-    line cannot unset them, and the run learnt without them; options given now are checked as
-    given (and refused where they would be ignored)."""
-    reset: dict[str, Any] = {}
-    if cfg.backend != "ray":
-        reset |= {name: default for name, (default, _) in RAY_ONLY.items()}
-    reset |= {n: field_default(n) for n, algos in ALGO_ONLY.items() if cfg.algo not in algos}
-    reset |= {n: field_default(n) for n, (read, _) in READ_WITH.items() if not read(cfg)}
-    if cfg.optimizer != "rmsprop":
-        reset["rms_init"] = None
-    if cfg.vtrace:
-        reset |= {"n_step": None, "missing": "bootstrap"}
-    if cfg.core == "none":
-        reset["lstm_size"] = None
-    elif cfg.shared_trunk is False:
-        reset["shared_trunk"] = None
-    return dataclasses.replace(cfg, **{k: v for k, v in reset.items() if k not in given})
 
 
 def _summary(
@@ -385,7 +361,7 @@ def _signals_stop(stop: Callable[[int], None]) -> Iterator[None]:
 
 def _evaluator(cfg: Config, spec: ModelSpec, target: float | None) -> Evaluator | None:
     """The run's evaluator: none with --eval-every 0 and --stop-on train."""
-    if cfg.eval_interval == 0 and cfg.stop_on == "train":
+    if cfg.eval_interval(cfg.steps) == 0 and cfg.stop_on == "train":
         return None
     confirm = None if target is None or not cfg.confirm_episodes else (target, cfg.confirm_episodes)
     return Evaluator(

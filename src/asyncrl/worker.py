@@ -39,7 +39,6 @@ import numpy as np
 import torch
 
 from asyncrl.algos import make_algorithm
-from asyncrl.config import Config
 from asyncrl.envs import EnvInfo, dump_vec_env, env_seeds, make_vec_env, reset_vec_env
 from asyncrl.heap import keep_freed_memory
 from asyncrl.messages import (
@@ -49,6 +48,7 @@ from asyncrl.messages import (
     WorkerSnapshot,
 )
 from asyncrl.models import (
+    ModelSpec,
     bind_obs_stats,
     build_model,
     flat_grad,
@@ -57,6 +57,7 @@ from asyncrl.models import (
 )
 from asyncrl.optim import clip_grad_norm_
 from asyncrl.rollout import Rollout
+from asyncrl.settings import RolloutSettings
 
 _current = threading.local()
 
@@ -171,6 +172,31 @@ class RunningStats:
         return time.monotonic() - self.last >= STATS_EVERY
 
 
+class WorkerSettings(Protocol):
+    """What a worker reads: its envs, its seed, its budget and fault limit, the gradient's
+    clipping, and its algorithm's section (:func:`asyncrl.algos.make_algorithm`)."""
+
+    @property
+    def algo(self) -> str: ...
+    @property
+    def env(self) -> str: ...
+    @property
+    def env_kwargs_dict(self) -> dict: ...
+    @property
+    def envs_per_worker(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def reward_scale(self) -> float: ...
+    @property
+    def max_grad_norm(self) -> float: ...
+    @property
+    def max_nonfinite(self) -> int: ...
+    def algo_settings(self) -> RolloutSettings: ...
+
+
 class Worker:
     """One actor-learner: its envs, its local networks, its rollout buffer, and the loop."""
 
@@ -178,8 +204,9 @@ class Worker:
         self,
         wid: int,
         incarnation: int,
-        cfg: Config,
+        cfg: WorkerSettings,
         info: EnvInfo,
+        spec: ModelSpec,
         store: Store,
         state: dict | None,
     ):
@@ -190,9 +217,8 @@ class Worker:
         seed, self.env_seeds = env_seeds(cfg.seed, wid, incarnation, B)
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
-        self.algo = make_algorithm(cfg, info)
+        self.algo = make_algorithm(cfg.algo, cfg.algo_settings(), info)
         self.algo.start_worker(wid, self.rng)
-        spec = self.algo.model_spec()
         self.action_space = spec.action  # the model's: it says how actions reach the env
         self.model = build_model(spec)
         self.local = flatten_parameters(self.model)

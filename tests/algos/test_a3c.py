@@ -10,6 +10,7 @@ from asyncrl.algos.a3c import A3C
 from asyncrl.config import Config
 from asyncrl.envs import ActionSpace, EnvInfo
 from asyncrl.rollout import Rollout
+from tests.oracles import spec_of
 
 INFO = EnvInfo("Test-v0", obs_shape=(2,), obs_dtype="float32", action=ActionSpace("discrete", 2))
 
@@ -20,7 +21,7 @@ def make(value_bias=0.0, **cfg):
     algo = A3C(cfg, INFO)
     from asyncrl.models import build_model
 
-    model = build_model(algo.model_spec())
+    model = build_model(spec_of(algo))
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()

@@ -18,6 +18,7 @@ from asyncrl.envs import ActionSpace, EnvInfo
 from asyncrl.models import build_model, flat_grad, space_to_depth
 from asyncrl.rollout import Rollout
 from asyncrl.targets import gae_advantages
+from tests.oracles import spec_of
 
 INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 3))
 BOX = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace(
@@ -53,7 +54,7 @@ def algo_and_model(cls, info=INFO, **kw):
     algo = cls(cfg, info)
     algo.start_worker(0, np.random.default_rng(0))
     torch.manual_seed(0)
-    return algo, build_model(algo.model_spec())
+    return algo, build_model(spec_of(algo))
 
 
 def as_acted(model, algo, ro):

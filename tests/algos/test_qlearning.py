@@ -117,7 +117,7 @@ def test_epsilon_anneals_to_a_per_worker_final_value():
 
 
 def test_paper_preset_has_the_papers_exploration():
-    from asyncrl.config import preset
+    from asyncrl.presets import preset
 
     cfg = preset("paper", algo="nstep-q")  # the schedule is the Q methods'
     assert cfg.eps_finals == (0.1, 0.01, 0.5) and cfg.eps_probs == (0.4, 0.3, 0.3)

@@ -14,6 +14,7 @@ from asyncrl.config import Config
 from asyncrl.envs import ActionSpace, EnvInfo
 from asyncrl.models import Core, RecurrentCore, build_model, flatten_parameters
 from asyncrl.rollout import Rollout
+from tests.oracles import spec_for, spec_of
 
 INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 2))
 
@@ -32,7 +33,7 @@ def make(seed=0, cls=A3C, core="lstm"):
     cfg = Config(algo=cls.name, core=core, lstm_size=8, hidden=(6,), t_max=4, gamma=0.9)
     algo = cls(cfg, INFO)
     algo.start_worker(0, np.random.default_rng(0))
-    model = build_model(algo.model_spec())
+    model = build_model(spec_of(algo))
     flatten_parameters(model)
     return algo, model
 
@@ -174,8 +175,10 @@ def test_the_worker_marks_the_row_after_the_reset_step_as_first():
     mp = pytest.MonkeyPatch()
     mp.setitem(algos.REGISTRY, "a3c", Recording)
     try:
-        state = GlobalState.create(cfg, Recording(cfg, info).model_spec(), 1, False)
-        run_worker(0, 0, cfg, info, SharedMemory.create(state, 1), None, Outbox())
+        state = GlobalState.create(cfg, spec_of(Recording(cfg, info)), 1, False)
+        run_worker(
+            0, 0, cfg, info, spec_for(cfg, info), SharedMemory.create(state, 1), None, Outbox()
+        )
     finally:
         mp.undo()
     ends = np.concatenate([e[:, 0] for e, _, _ in Recording.seen])
@@ -292,7 +295,7 @@ def test_a_saved_recurrent_q_policy_keeps_its_state_and_acts_greedily(core):
     from asyncrl.policy import Policy
 
     algo, model = make(cls=NStepQ, core=core)
-    policy = Policy(model, "nstep-q", algo.model_spec(), "Test-v0")
+    policy = Policy(model, "nstep-q", spec_of(algo), "Test-v0")
     obs = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32)
     actions = [policy.act(o) for o in obs]
     with torch.no_grad():
@@ -317,8 +320,8 @@ def test_a_policy_restarts_the_state_of_the_envs_of_a_batch_whose_episode_starts
 
     algo, model = make(core=core)
     obs = np.random.default_rng(0).normal(size=(3, 2, 3)).astype(np.float32)
-    batch = Policy(model, "a3c", algo.model_spec(), "Test-v0")
-    alone = [Policy(model, "a3c", algo.model_spec(), "Test-v0") for _ in range(2)]
+    batch = Policy(model, "a3c", spec_of(algo), "Test-v0")
+    alone = [Policy(model, "a3c", spec_of(algo), "Test-v0") for _ in range(2)]
     for t in range(3):
         restart = np.array([t == 2, False])  # env 0 starts a new episode at step 2
         batch.act(obs[t], first=restart)

@@ -25,6 +25,7 @@ from asyncrl.backends.ray import store as ray_store  # noqa: E402
 from asyncrl.checkpoint import load_checkpoint  # noqa: E402
 from asyncrl.messages import Finished  # noqa: E402
 from asyncrl.worker import Worker  # noqa: E402
+from tests.oracles import spec_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -572,7 +573,7 @@ def test_observation_statistics_reach_the_server_and_every_worker(monkeypatch):
     monkeypatch.setattr(ray_store, "ray", _FakeRay())
     cfg = asyncrl.Config(env="Pendulum-v1", backend="ray", normalize_obs=True)
     info = probe_env(cfg.env)
-    state = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False)
+    state = GlobalState.create(cfg, spec_of(A3C(cfg, info)), 1, False)
     server = ray_backend.ParameterServer(cfg, state.snapshot())
     stores = [
         ray_backend.RayStore(
@@ -610,7 +611,7 @@ def _three_shards(cfg):
     from asyncrl.state import GlobalState
 
     info = probe_env(cfg.env)
-    snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
+    snap = GlobalState.create(cfg, spec_of(A3C(cfg, info)), 1, False, False).snapshot()
     bounds = ray_backend.shard_bounds(snap.params.size, 3)
     shards = [
         ray_backend.ParameterServer(cfg, ray_backend.shard_snapshot(snap, a, b, k == 0))
@@ -852,7 +853,7 @@ def test_a_gradient_is_applied_to_every_shard_or_to_none(monkeypatch):
         env="Pendulum-v1", backend="ray", ray_servers=2, max_staleness=0, lr_schedule="constant"
     )
     info = probe_env(cfg.env)
-    snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
+    snap = GlobalState.create(cfg, spec_of(A3C(cfg, info)), 1, False, False).snapshot()
     n = snap.params.size
     bounds = ray_backend.shard_bounds(n, 2)
     shards = [
@@ -1041,7 +1042,7 @@ def test_sharded_servers_on_the_cluster_take_one_decision_per_gradient(cluster):
 
     cfg = asyncrl.Config(backend="ray", ray_servers=2, max_staleness=0, lr_schedule="constant")
     info = probe_env(cfg.env)
-    snap = GlobalState.create(cfg, A3C(cfg, info).model_spec(), 1, False, False).snapshot()
+    snap = GlobalState.create(cfg, spec_of(A3C(cfg, info)), 1, False, False).snapshot()
     n = snap.params.size
     bounds = ray_backend.shard_bounds(n, 2)
     server_cls = ray.remote(num_cpus=0)(ray_backend.ParameterServer)

@@ -12,7 +12,7 @@ Per rollout of up to t_max steps (of each of the worker's envs):
             + value_coef * (R_t - V(s_t))^2        critic
             - beta * H(pi(.|s_t))                  the bonus *rewards* entropy: beta is
                                                    --entropy-coef (annealed to --entropy-final
-                                                   where given: Config.entropy_coef_at)
+                                                   where given: entropy_coef_at)
 
 pi is whatever distribution the action space calls for (softmax for Discrete, Gaussian for
 Box): this file only asks it for log_prob, entropy, sample and mode.
@@ -39,18 +39,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.base import Algorithm, model_spec_for
-from asyncrl.config import Config
+from asyncrl.algos.base import Algorithm
+from asyncrl.algos.settings import PolicyGradientSettings
 from asyncrl.envs import EnvInfo
-from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 from asyncrl.targets import gae_advantages, nstep_returns, vtrace
 
 
 class A3C(Algorithm):
     name = "a3c"
+    model_kind = "actor-critic"
+    cfg: PolicyGradientSettings
 
-    def __init__(self, cfg: Config, info: EnvInfo):
+    def __init__(self, cfg: PolicyGradientSettings, info: EnvInfo):
         super().__init__(cfg, info)
         self.entropy_coef = cfg.entropy_coef_at(0)  # beta for the rollout being collected
 
@@ -58,9 +59,6 @@ class A3C(Algorithm):
         super().begin_rollout(model, global_step)
         # one beta a rollout, at the global step it starts from (as the lr is one an update)
         self.entropy_coef = self.cfg.entropy_coef_at(global_step)
-
-    def model_spec(self) -> ModelSpec:
-        return model_spec_for(self.cfg, "actor-critic", self.info)
 
     @property
     def fresh_parameters(self) -> bool:  # type: ignore[override]

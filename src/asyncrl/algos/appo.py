@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from asyncrl.algos.a3c import A3C
+from asyncrl.algos.settings import APPOSettings
 from asyncrl.rollout import Rollout
 
 #: what a rollout's first minibatch computes for every later one: the targets, advantages and
@@ -54,6 +55,7 @@ Prepared = tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float], np.ndarra
 
 class APPO(A3C):
     name = "appo"
+    cfg: APPOSettings
 
     @property
     def fresh_parameters(self) -> bool:  # type: ignore[override]

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from asyncrl.config import BOX_ONLY, Config
 from asyncrl.envs import EnvInfo
 from asyncrl.errors import UserError
 from asyncrl.models import ModelSpec, conv_net_problem, cpu_has_bfloat16_units
 from asyncrl.rollout import Rollout
+from asyncrl.settings import ModelSettings, RolloutSettings
 
 
 class Algorithm(ABC):
@@ -44,7 +44,10 @@ class Algorithm(ABC):
     #: the recorded behaviour log-probabilities (APPO, --vtrace)
     fresh_parameters: bool = False
 
-    def __init__(self, cfg: Config, info: EnvInfo):
+    #: the network it learns: an actor-critic or a Q network
+    model_kind: Literal["actor-critic", "q"]
+
+    def __init__(self, cfg: RolloutSettings, info: EnvInfo):
         self.cfg = cfg
         self.info = info
         # the core's state of each env of this worker, carried from rollout to rollout (empty
@@ -52,9 +55,6 @@ class Algorithm(ABC):
         # recomputes the rollout from it
         self.state: torch.Tensor | None = None
         self.start_state: torch.Tensor | None = None
-
-    @abstractmethod
-    def model_spec(self) -> ModelSpec: ...
 
     def rollout_length(self) -> int:
         """Steps per update: t_max (the one-step methods use their I_AsyncUpdate)."""
@@ -177,10 +177,16 @@ class Algorithm(ABC):
         state; under no_grad. The same network call as :meth:`act`, with the caller's state."""
 
 
-def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInfo) -> ModelSpec:
-    """The network the config asks for on this env: the encoder from ``--net`` (``auto``: a
-    conv net for images, the A3C paper's for Atari-sized ones, MinAtar's for small ones; an MLP
-    for vectors)."""
+def model_spec_for(
+    cfg: ModelSettings,
+    kind: Literal["actor-critic", "q"],
+    info: EnvInfo,
+    reward_scale: float = 1.0,
+) -> ModelSpec:
+    """The network the model section asks for on this env: the encoder from ``--net``
+    (``auto``: a conv net for images, the A3C paper's for Atari-sized ones, MinAtar's for small
+    ones; an MLP for vectors). ``reward_scale``: the learning reward's, which a core that
+    takes the previous reward is given (``--prev-action-reward``)."""
     shape = info.obs_shape
     image = len(shape) == 3
     # MinAtar gives (10, 10, C) and Atari frame stacks (4, 84, 84): channels are the short axis
@@ -210,16 +216,17 @@ def model_spec_for(cfg: Config, kind: Literal["actor-critic", "q"], info: EnvInf
         kind=kind,
         obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
         # (the Gaussian's options where given; ModelSpec holds their defaults)
-        **{n: v for n in BOX_ONLY if (v := getattr(cfg, n)) is not None},
+        **{n: v for n in ("gaussian_std", "log_std_init") if (v := getattr(cfg, n)) is not None},
         core=cfg.core,
         prev_action_reward=cfg.prev_action_reward,
         reward_clip=info.reward_clip if cfg.prev_action_reward else 0.0,
-        reward_scale=cfg.reward_scale if cfg.prev_action_reward else 1.0,
+        reward_scale=reward_scale if cfg.prev_action_reward else 1.0,
         core_size=cfg.lstm_size or (256 if image else 128),
         obs_shape=shape,
         obs_dtype=info.obs_dtype,
         action=dataclasses.replace(info.action, squash=cfg.squash),
-        hidden=cfg.hidden_sizes,
+        # (the MLP's default width: the Q methods' larger, as the paper's value networks)
+        hidden=tuple(cfg.hidden or ((64, 64) if kind == "actor-critic" else (128, 128))),
         shared_trunk=cfg.shared_trunk if cfg.shared_trunk is not None else image,
         encoder=encoder,
         channels_last=channels_last,

@@ -10,10 +10,12 @@ taken in one batched backward pass (tests/test_optim.py checks the two are equal
 from __future__ import annotations
 
 from asyncrl.algos.qlearning import ValueBased
+from asyncrl.algos.settings import OneStepSettings
 
 
 class OneStepQ(ValueBased):
     name = "onestep-q"
+    cfg: OneStepSettings
     update_at_episode_end = True
 
     def rollout_length(self) -> int:

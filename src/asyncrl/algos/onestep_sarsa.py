@@ -12,10 +12,12 @@ import numpy as np
 import torch
 
 from asyncrl.algos.qlearning import ValueBased
+from asyncrl.algos.settings import OneStepSettings
 
 
 class OneStepSarsa(ValueBased):
     name = "onestep-sarsa"
+    cfg: OneStepSettings
     update_at_episode_end = True
 
     def start_worker(self, worker_id, rng):

@@ -22,18 +22,17 @@ from abc import abstractmethod
 import numpy as np
 import torch
 
-from asyncrl.algos.base import Algorithm, model_spec_for
+from asyncrl.algos.base import Algorithm
+from asyncrl.algos.settings import QSettings
 from asyncrl.errors import UserError
-from asyncrl.models import ModelSpec
 from asyncrl.rollout import Rollout
 from asyncrl.targets import nstep_returns
 
 
 class ValueBased(Algorithm):
     uses_target_network = True
-
-    def model_spec(self) -> ModelSpec:
-        return model_spec_for(self.cfg, "q", self.info)
+    model_kind = "q"
+    cfg: QSettings
 
     def start_worker(self, worker_id: int, rng: np.random.Generator) -> None:
         cfg = self.cfg

@@ -24,15 +24,33 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
 from asyncrl.errors import UserError
 from asyncrl.messages import Message
 
 if TYPE_CHECKING:
     from asyncrl.models import ModelSpec
-    from asyncrl.state import GlobalState
+    from asyncrl.state import GlobalState, StateSettings, UpdateSettings
     from asyncrl.supervisor import Run
+    from asyncrl.worker import WorkerSettings
+
+    class BackendSettings(WorkerSettings, UpdateSettings, StateSettings, Protocol):
+        """What a backend reads: its own options (the backend, the workers, their timeout,
+        Ray's), and what it hands on to its workers, its store and its parameter server."""
+
+        @property
+        def workers(self) -> int | None: ...
+        @property
+        def worker_timeout(self) -> float: ...
+        @property
+        def address(self) -> str | None: ...
+        @property
+        def max_staleness(self) -> int | None: ...
+        @property
+        def ray_servers(self) -> int: ...
+        @property
+        def ray_grad_dtype(self) -> str: ...
+        def ray_tuning(self, algo: str) -> tuple[int, int]: ...
 
 
 class Backend(Protocol):
@@ -83,7 +101,7 @@ class ThisMachine:
 
 
 @contextlib.contextmanager
-def cluster_for(cfg: Config) -> Iterator[Cluster]:
+def cluster_for(cfg: BackendSettings) -> Iterator[Cluster]:
     """The cluster of a run, for the duration of the block. ``--backend ray``: Ray started (a
     cluster of our own) or joined (``--address``) on the way in, and on the way out ended or
     left, whatever of it this started (:func:`asyncrl.backends.ray.cluster.ray_cluster`; a
@@ -104,20 +122,20 @@ def usable_cpus() -> int:
     return len(cores) if cores else os.cpu_count() or 1
 
 
-def worker_count(cfg: Config, cluster: Cluster) -> int:
+def worker_count(cfg: BackendSettings, cluster: Cluster) -> int:
     """How many workers the run has: ``--workers``, or one per CPU of ``cluster`` (this
     machine's cores, or the Ray cluster's CPUs: the cluster is up already, nothing starts)."""
     return cfg.workers if cfg.workers is not None else cluster.cpus
 
 
-def make_run(cfg: Config, info: EnvInfo, spec: ModelSpec, state: GlobalState) -> Run:
+def make_run(cfg: BackendSettings, info: EnvInfo, spec: ModelSpec, state: GlobalState) -> Run:
     if cfg.backend == "ray":
         from asyncrl.backends.ray.run import RayRun
 
         return RayRun(cfg, info, spec, state)
     from asyncrl.backends.local import LocalRun
 
-    return LocalRun(cfg, info, state, make_backend(cfg.backend))
+    return LocalRun(cfg, info, spec, state, make_backend(cfg.backend))
 
 
 __all__ = [

@@ -9,13 +9,12 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from asyncrl.backends import Backend
-from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
 from asyncrl.messages import (
     Done,
@@ -30,9 +29,12 @@ from asyncrl.messages import (
     StatSums,
     WorkerSnapshot,
 )
-from asyncrl.models import update_obs_stats
+from asyncrl.models import ModelSpec, update_obs_stats
 from asyncrl.state import EPISODES, NONFINITE, STEPS, GlobalState
 from asyncrl.worker import Diverged, Outbox, Worker, _current
+
+if TYPE_CHECKING:
+    from asyncrl.backends import BackendSettings
 
 
 @dataclass
@@ -72,8 +74,9 @@ class SharedMemory:
 def run_worker(
     worker_id: int,
     incarnation: int,
-    cfg: Config,
+    cfg: BackendSettings,
     info: EnvInfo,
+    spec: ModelSpec,
     shared: SharedMemory,
     state: dict | None,
     outbox: Outbox,
@@ -84,7 +87,7 @@ def run_worker(
     final = None
     store = SharedMemoryStore(cfg, shared, outbox, worker_id, incarnation)
     try:
-        worker = Worker(worker_id, incarnation, cfg, info, store, state)
+        worker = Worker(worker_id, incarnation, cfg, info, spec, store, state)
         store.attach(worker)
         final = worker.run()
     except BaseException as e:
@@ -107,7 +110,7 @@ class SharedMemoryStore:
     or that lost its parent is ``stopping``, pushes nothing and reports nothing."""
 
     def __init__(
-        self, cfg: Config, shared: SharedMemory, outbox: Outbox, wid: int, incarnation: int
+        self, cfg: BackendSettings, shared: SharedMemory, outbox: Outbox, wid: int, incarnation: int
     ):
         self.cfg, self.shared, self.outbox = cfg, shared, outbox
         self.wid, self.incarnation = wid, incarnation
@@ -200,8 +203,15 @@ class SharedMemoryStore:
 
 
 class LocalRun:
-    def __init__(self, cfg: Config, info: EnvInfo, state: GlobalState, backend: Backend):
-        self.cfg, self.info, self.state, self.backend = cfg, info, state, backend
+    def __init__(
+        self,
+        cfg: BackendSettings,
+        info: EnvInfo,
+        spec: ModelSpec,
+        state: GlobalState,
+        backend: Backend,
+    ):
+        self.cfg, self.info, self.spec, self.state, self.backend = cfg, info, spec, state, backend
         self.workers = state.counters.shape[1]
         self.shared = SharedMemory.create(state, self.workers)
         # Incarnations name a worker's seeds (asyncrl.envs.env_seeds): a resumed run counts from
@@ -219,7 +229,7 @@ class LocalRun:
     def _start(self, wid: int, state: dict | None) -> None:
         self.shared.heartbeat[wid] = time.monotonic()
         self.shared.start_request[wid] = self.shared.checkpoint_request[0]
-        args = (wid, self.incarnation(wid), self.cfg, self.info, self.shared, state)
+        args = (wid, self.incarnation(wid), self.cfg, self.info, self.spec, self.shared, state)
         self.backend.start_worker(wid, run_worker, args)
 
     def incarnation(self, wid: int) -> int:

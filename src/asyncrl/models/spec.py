@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from asyncrl.config import CoreName
+from asyncrl.settings import CoreName
 from asyncrl.envs import ActionSpace
 
 Encoder = Literal["mlp", "a3c", "nature", "minatar"]

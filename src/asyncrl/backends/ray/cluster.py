@@ -9,16 +9,18 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncrl.backends import usable_cpus
-from asyncrl.config import Config
 from asyncrl.errors import UserError
 
 try:
     import ray
 except ImportError:  # pragma: no cover - the extra is not installed
     ray = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from asyncrl.backends import BackendSettings
 
 
 def require_ray() -> Any:
@@ -47,7 +49,7 @@ _users = 0
 
 
 @contextlib.contextmanager
-def ray_cluster(cfg: Config) -> Iterator[RayCluster]:
+def ray_cluster(cfg: BackendSettings) -> Iterator[RayCluster]:
     """Ray for the duration of the block: join ``--address`` (or ``RAY_ADDRESS``) or start a
     cluster of our own (:func:`start_ray`), and on the way out end that cluster, or only
     disconnect from a joined one (:func:`stop_ray`). Blocks inside one that is open share its
@@ -71,7 +73,7 @@ def ray_cluster(cfg: Config) -> Iterator[RayCluster]:
                     stop_ray()
 
 
-def start_ray(cfg: Config) -> None:
+def start_ray(cfg: BackendSettings) -> None:
     """Join ``--address`` (or ``RAY_ADDRESS``) or start a cluster of our own in-process, on
     loopback."""
     require_ray()

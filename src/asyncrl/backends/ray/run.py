@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,7 +28,6 @@ from asyncrl.backends.ray.server import SERVER_NAME, ParameterServer
 from asyncrl.backends.ray.shards import join_snapshots, shard_bounds, shard_snapshot
 from asyncrl.backends.ray.store import RayStore
 from asyncrl.backends.ray.summary import server_line, server_load, staleness_line
-from asyncrl.config import Config
 from asyncrl.envs import EnvInfo
 from asyncrl.messages import Done, Failed, GlobalSnapshot, Lost, Message, Notice, WorkerSnapshot
 from asyncrl.models import ModelSpec
@@ -40,6 +39,9 @@ try:
     import ray
 except ImportError:  # pragma: no cover - the extra is not installed
     ray = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from asyncrl.backends import BackendSettings
 
 
 #: seconds a new worker actor may wait for a CPU before the log says so
@@ -53,7 +55,7 @@ class WorkerActor:
     """One actor-learner on some node of the cluster, running the shared Worker loop."""
 
     def __init__(
-        self, wid: int, cfg: Config, info: EnvInfo, servers: list[str], bounds: list[tuple]
+        self, wid: int, cfg: BackendSettings, info: EnvInfo, servers: list[str], bounds: list[tuple]
     ):
         # The servers by name, not by handle: a handle among the constructor arguments lives
         # in the object store, and Ray warns that a restart could then fail.
@@ -69,7 +71,7 @@ class WorkerActor:
         # A restarted actor starts from fresh env state: another stream of the same seed.
         stats: Any = ray.get(self.servers[0].obs_stats.remote())  # an array, or None
         cfg = self.cfg
-        batch, pipeline = cfg.ray_tuning()
+        batch, pipeline = cfg.ray_tuning(cfg.algo)
         store = RayStore(
             self.servers,
             self.wid,
@@ -95,7 +97,7 @@ class RayRun:
     back at the end), workers are actors, replaced by fresh ones where a CPU is free when
     they die."""
 
-    def __init__(self, cfg: Config, info: EnvInfo, spec: ModelSpec, state: GlobalState):
+    def __init__(self, cfg: BackendSettings, info: EnvInfo, spec: ModelSpec, state: GlobalState):
         self.cfg, self.info, self.state = cfg, info, state
         self.workers = state.counters.shape[1]
         server_cls = ray.remote(num_cpus=0, max_restarts=0)(ParameterServer)

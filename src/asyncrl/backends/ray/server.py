@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from asyncrl.config import Config
 from asyncrl.messages import Episodes, GlobalSnapshot, Message
 from asyncrl.models import merge_obs_stats
 from asyncrl.state import EPISODES, NONFINITE, STEPS, GlobalState
@@ -38,6 +37,9 @@ try:
 except ImportError:  # pragma: no cover - the extra is not installed
     ray = None  # type: ignore[assignment]
 
+if TYPE_CHECKING:
+    from asyncrl.backends import BackendSettings
+
 
 SERVER_NAME = "asyncrl-parameter-server"
 
@@ -45,7 +47,7 @@ SERVER_NAME = "asyncrl-parameter-server"
 class ParameterServer:
     """Global parameters, shared optimizer, counters and the episode stream (one Ray actor)."""
 
-    def __init__(self, cfg: Config, snap: GlobalSnapshot):
+    def __init__(self, cfg: BackendSettings, snap: GlobalSnapshot):
         from asyncrl.worker import limit_threads
 
         limit_threads()
