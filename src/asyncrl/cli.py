@@ -55,7 +55,8 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         for name, cls in GROUPS.items()
     }
     sections = section_of()
-    for f in dataclasses.fields(Config):
+    order = list(GROUPS)
+    for f in sorted(dataclasses.fields(Config), key=lambda f: order.index(sections[f.name])):
         hint, _ = hints[f.name]
         flag = "--" + f.name.replace("_", "-")
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train an agent (default: A3C on CartPole-v1, all cores)",
         formatter_class=_formatter,
+        usage="asyncrl train [--env ENV] [--algo ALGO] [--config FILE] [options]",
         description="Train an agent. Settings come from the env's preset, then --config FILE, "
         "then the options given here (docs/configuration.md).",
     )

@@ -34,7 +34,6 @@ from asyncrl.algos.settings import (
 from asyncrl.errors import UserError
 from asyncrl.settings import (
     CheckContext,
-    CoreName,
     EnvSettings,
     EvalSettings,
     ModelSettings,
@@ -295,11 +294,18 @@ def _at_default(name: str, when: Callable[[Config, str | None], bool], fix: str)
     )
 
 
+def _when(name: str, when: Callable[[Config, str | None], bool], fix: str) -> tuple[str, Rule]:
+    """A row of the table: the option ``name`` is read only ``when``."""
+    return name, _at_default(name, when, fix)
+
+
 def _ray_only(name: str, why: str) -> Rule:
     return Rule(
         lambda c, kind: c.backend == "ray" or getattr(c, name) == field_default(name),
-        lambda c: f"applies to --backend ray only ({why}; this run's backend is {c.backend}): "
-        f"drop --{_flag(name)}, or add --backend ray",
+        lambda c: (
+            f"applies to --backend ray only ({why}; this run's backend is {c.backend}): "
+            f"drop --{_flag(name)}, or add --backend ray"
+        ),
     )
 
 
@@ -344,50 +350,34 @@ PG = ("a3c", "appo")
 #: and a resumed run's saved one goes back to its default (what an older version accepted and
 #: ignored: :func:`asyncrl.trainer`).
 APPLIES: list[tuple[str, Rule]] = [
-    (
+    _when(
         "eval_stochastic",
-        _at_default(
-            "eval_stochastic",
-            lambda c, k: c.algo in PG,
-            "the Q methods act greedily at evaluation (their epsilon is a training schedule, "
-            "not a policy); drop --eval-stochastic",
-        ),
+        lambda c, k: c.algo in PG,
+        "the Q methods act greedily at evaluation (their epsilon is a training schedule, "
+        "not a policy); drop --eval-stochastic",
     ),
     # V-trace's targets, as GAE's, run to the rollout's end and always bootstrap there
-    (
+    _when(
         "n_step",
-        _at_default(
-            "n_step",
-            lambda c, k: not c.vtrace,
-            "V-trace has no n-step horizon (its traces run to the rollout's end, cut by c-bar "
-            "and lambda): drop --n-step or --vtrace",
-        ),
+        lambda c, k: not c.vtrace,
+        "V-trace has no n-step horizon (its traces run to the rollout's end, cut by c-bar "
+        "and lambda): drop --n-step or --vtrace",
     ),
-    (
+    _when(
         "missing",
-        _at_default(
-            "missing",
-            lambda c, k: not c.vtrace,
-            "V-trace always bootstraps from the rollout's last value: drop --missing zero or "
-            "--vtrace",
-        ),
+        lambda c, k: not c.vtrace,
+        "V-trace always bootstraps from the rollout's last value: drop --missing zero or --vtrace",
     ),
-    (
+    _when(
         "rms_init",
-        _at_default(
-            "rms_init",
-            lambda c, k: c.optimizer == "rmsprop",
-            "is RMSProp's; --optimizer adam starts its averages at 0: drop --rms-init",
-        ),
+        lambda c, k: c.optimizer == "rmsprop",
+        "is RMSProp's; --optimizer adam starts its averages at 0: drop --rms-init",
     ),
-    (
+    _when(
         "lstm_size",
-        _at_default(
-            "lstm_size",
-            lambda c, k: c.core != "none",
-            "sizes a recurrent core and this network has none: add --core lstm (or gru), or "
-            "drop --lstm-size",
-        ),
+        lambda c, k: c.core != "none",
+        "sizes a recurrent core and this network has none: add --core lstm (or gru), or "
+        "drop --lstm-size",
     ),
     # a recurrent core carries one state for actor and critic (the paper's LSTM agent):
     # separate networks would need two
@@ -426,83 +416,56 @@ APPLIES: list[tuple[str, Rule]] = [
     # the feed-forward net's identity core would hand the context to its linear heads, which
     # can only add a bias per action and per unit of reward, never "stay after a reward, switch
     # after none" (an XOR of the two: tests/test_learning.py's Guess env)
-    (
+    _when(
         "prev_action_reward",
-        _at_default(
-            "prev_action_reward",
-            lambda c, k: c.core != "none",
-            "gives a recurrent core the previous action and reward (a feed-forward net's linear "
-            "heads could not combine them): add --core lstm or gru, or drop --prev-action-reward",
-        ),
+        lambda c, k: c.core != "none",
+        "gives a recurrent core the previous action and reward (a feed-forward net's linear "
+        "heads could not combine them): add --core lstm or gru, or drop --prev-action-reward",
     ),
-    (
+    _when(
         "seq_len",
-        _at_default(
-            "seq_len",
-            lambda c, k: c.core != "none",
-            "cuts a recurrent core's rollouts into sequences: add --core lstm or gru, or drop "
-            "--seq-len (a feed-forward net learns from single transitions)",
-        ),
+        lambda c, k: c.core != "none",
+        "cuts a recurrent core's rollouts into sequences: add --core lstm or gru, or drop "
+        "--seq-len (a feed-forward net learns from single transitions)",
     ),
-    (
+    _when(
         "burn_in",
-        _at_default(
-            "burn_in",
-            lambda c, k: c.seq_len > 0,
-            "refreshes the start state of --seq-len's pieces: add --seq-len L (and a recurrent "
-            "core), or drop --burn-in",
-        ),
+        lambda c, k: c.seq_len > 0,
+        "refreshes the start state of --seq-len's pieces: add --seq-len L (and a recurrent "
+        "core), or drop --burn-in",
     ),
-    (
+    _when(
         "rho_bar",
-        _at_default(
-            "rho_bar",
-            lambda c, k: c.vtrace,
-            "truncates V-trace's importance weights: add --vtrace, or drop --rho-bar",
-        ),
+        lambda c, k: c.vtrace,
+        "truncates V-trace's importance weights: add --vtrace, or drop --rho-bar",
     ),
-    (
+    _when(
         "c_bar",
-        _at_default(
-            "c_bar",
-            lambda c, k: c.vtrace,
-            "truncates V-trace's importance weights: add --vtrace, or drop --c-bar",
-        ),
+        lambda c, k: c.vtrace,
+        "truncates V-trace's importance weights: add --vtrace, or drop --c-bar",
     ),
-    (
+    _when(
         "obs_clip",
-        _at_default(
-            "obs_clip",
-            lambda c, k: c.normalize_obs,
-            "clips normalised observations: add --normalize-obs, or drop --obs-clip",
-        ),
+        lambda c, k: c.normalize_obs,
+        "clips normalised observations: add --normalize-obs, or drop --obs-clip",
     ),
-    (
+    _when(
         "log_std_init",
-        _at_default(
-            "log_std_init",
-            lambda c, k: c.gaussian_std != "softplus",
-            "is where --gaussian-std param's log-std starts; softplus computes the std from a "
-            "head: drop --log-std-init",
-        ),
+        lambda c, k: c.gaussian_std != "softplus",
+        "is where --gaussian-std param's log-std starts; softplus computes the std from a "
+        "head: drop --log-std-init",
     ),
-    (
+    _when(
         "rms_alpha",
-        _at_default(
-            "rms_alpha",
-            lambda c, k: c.optimizer == "rmsprop",
-            "is RMSProp's decay; --optimizer adam has its own betas: drop --rms-alpha",
-        ),
+        lambda c, k: c.optimizer == "rmsprop",
+        "is RMSProp's decay; --optimizer adam has its own betas: drop --rms-alpha",
     ),
     # (--confirm-episodes counts with --stop-on train too: a confirmation picks the best model)
-    (
+    _when(
         "confirm_stderr",
-        _at_default(
-            "confirm_stderr",
-            lambda c, k: c.stop_on == "eval",
-            "is the stop rule's margin on a confirmed evaluation, which --stop-on train does "
-            "not wait for: drop --confirm-stderr, or --stop-on train",
-        ),
+        lambda c, k: c.stop_on == "eval",
+        "is the stop rule's margin on a confirmed evaluation, which --stop-on train does "
+        "not wait for: drop --confirm-stderr, or --stop-on train",
     ),
 ]
 
@@ -620,19 +583,3 @@ def field_docs() -> dict[str, str]:
 
 
 BACKENDS: tuple[str, ...] = typing.get_args(field_hints()["backend"][0])
-
-__all__ = [
-    "ACTION_KINDS",
-    "ALGOS",
-    "APPLIES",
-    "BACKENDS",
-    "BOX_ONLY",
-    "GROUPS",
-    "Config",
-    "CoreName",
-    "Frames",
-    "field_default",
-    "field_docs",
-    "field_hints",
-    "misfits",
-]

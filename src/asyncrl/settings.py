@@ -2,8 +2,8 @@
 rule, the rollout and its targets, the optimiser, the network, Ray). Each section is a small
 typed dataclass that owns its fields, their documentation and their own checks; the
 algorithms' sections are in :mod:`asyncrl.algos.settings`. The run configuration
-(:mod:`asyncrl.config`) assembles them for the user (one flat namespace: ``--lr``, ``lr = 3e-3``); the main process
-hands each room its own section (its ``section`` method).
+(:mod:`asyncrl.config`) assembles them for the user (one flat namespace: ``--lr``,
+``lr = 3e-3``); the main process hands each room its own section (its ``section`` method).
 
 A field's docstring is its documentation: the first line is the CLI's help (at most two lines
 on a terminal), the rest is read in the docs. Checks that span sections are the assembly's

@@ -8,8 +8,8 @@ from typing import Literal
 
 import numpy as np
 
-from asyncrl.settings import CoreName
 from asyncrl.envs import ActionSpace
+from asyncrl.settings import CoreName
 
 Encoder = Literal["mlp", "a3c", "nature", "minatar"]
 
