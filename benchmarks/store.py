@@ -37,9 +37,12 @@ from pathlib import Path
 #: the store in the checkout
 STORE = Path(__file__).resolve().parent / "results.jsonl"
 
-#: keys whose lists are curves: kept to 4 significant digits (a plot needs no more; a curve's
-#: grid of steps is kept in whole steps)
-CURVES = ("curve", "curve_seconds", "curve_by_time", "curve_by_alignment", "evaluations")
+#: keys whose lists are curves or returns: kept to 4 significant digits (a plot or a median
+#: needs no more; a curve's grid of steps is kept in whole steps)
+CURVES = (
+    "curve", "curve_seconds", "curve_by_time", "curve_by_alignment", "evaluations",
+    "final_eval_returns",
+)  # fmt: skip
 
 
 def _round(x, digits: int = 4):
@@ -65,8 +68,8 @@ def _finite(x):
 
 
 def compact(row: dict) -> dict:
-    """``row`` as the store keeps it: its curves to 4 significant digits, the steps of its grid
-    as integers, no non-finite number (None instead)."""
+    """``row`` as the store keeps it: its curves and evaluation returns to 4 significant
+    digits, the steps of its grid as integers, no non-finite number (None instead)."""
     out = _finite(dict(row))
     for key in CURVES:
         if out.get(key) is not None:

@@ -313,6 +313,11 @@ def command(task: Task, seed: int, run_dir: Path) -> list[str]:
     return cmd
 
 
+def shown(cmd: list[str]) -> str:
+    """A command as a row records it: ``python`` for this interpreter's path."""
+    return shlex.join(["python" if a == sys.executable else a for a in cmd])
+
+
 def run_one(task: Task, seed: int, speed: dict | None = None) -> dict:
     """One seed of a task: train, then measure the run (:func:`measure`), with ``speed``, the
     machine's that day (:func:`common.machine_speed`), beside it. The run directory
@@ -334,7 +339,8 @@ def run_one(task: Task, seed: int, speed: dict | None = None) -> dict:
             f"{run_dir}\n{proc.stderr[-3000:]}"
         )
     try:
-        result = measure(task, seed, run_dir, shlex.join(cmd), wall, speed, started)
+        recorded = shown(command(task, seed, Path("RUN_DIR")))  # the same on any machine
+        result = measure(task, seed, run_dir, recorded, wall, speed, started)
     except BaseException:
         print(f"{task.name} seed {seed}: not measured; its run directory is kept: {run_dir}")
         raise
@@ -1011,7 +1017,7 @@ def main() -> None:
         if (task.name, seed) in done():
             p.error(f"--from-run: {args.store} holds {task.name} seed {seed} of this batch")
         wall = json.loads((args.from_run / "summary.json").read_text())["wall_seconds"]
-        cmd = shlex.join(command(task, seed, Path("RUN_DIR")))
+        cmd = shown(command(task, seed, Path("RUN_DIR")))
         r = measure(task, seed, args.from_run, cmd, wall)
         r["process_seconds_from"] = "the run's summary.json wall_seconds (--from-run)"
         store.append(args.store, {"suite": args.suite, "batch": args.batch, **r})

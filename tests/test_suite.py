@@ -396,8 +396,9 @@ def config_of(task: suite.Task, tmp_path: Path):
     """The configuration a task's command trains with: its train arguments through the CLI's
     parser and the preset, as `asyncrl train` would."""
     from asyncrl.cli import build_parser
-    from asyncrl.config import Config, preset
+    from asyncrl.config import Config
     from asyncrl.envs import probe_env
+    from asyncrl.presets import preset
 
     cmd = suite.command(task, 0, tmp_path)
     ns = build_parser().parse_args(cmd[cmd.index("train") :])
@@ -457,15 +458,16 @@ def test_a_sweep_over_the_backends_gives_the_ray_only_options_to_ray_alone():
 
 
 def test_the_store_keeps_a_row_as_appended_with_its_curves_compacted(tmp_path):
-    """A run appended is read back as it was given, but for its curves (4 significant digits,
-    the grid in whole steps) and non-finite numbers (JSON has none: None)."""
+    """A run appended is read back as it was given, but for its curves and evaluation returns
+    (4 significant digits, the grid in whole steps) and non-finite numbers (JSON has none:
+    None)."""
     path = tmp_path / "sub" / "results.jsonl"
     assert store.read(path) == []  # no store yet: no runs
     row = {
         "suite": "quick", "batch": "", "task": "CartPole-v1", "seed": 3, "env": "CartPole-v1",
         "target": 475.0, "date": "2026-12-05", "commit": "abc1234", "cpu": "AMD EPYC",
         "calibration": 9264.5, "solved": True, "final_eval": 500.0, "total_steps": 123457,
-        "final_eval_returns": [500.0, 499.0], "process_seconds": 3.14159265,
+        "final_eval_returns": [500.0, -178.23456], "process_seconds": 3.14159265,
         "curve_steps": [0.0, 61728.5, 123457.0], "curve": [None, 21.123456, 474.987654],
         "curve_by_alignment": {"0": [None, 1.23456789]}, "train_mean_at_half": float("nan"),
     }  # fmt: skip
@@ -475,9 +477,9 @@ def test_the_store_keeps_a_row_as_appended_with_its_curves_compacted(tmp_path):
     assert back[0] == kept and len(back) == 2 and len(path.read_text().splitlines()) == 2
     assert kept["curve"] == [None, 21.12, 475.0] and kept["curve_steps"] == [0, 61728, 123457]
     assert kept["curve_by_alignment"] == {"0": [None, 1.235]}
-    assert kept["train_mean_at_half"] is None
+    assert kept["train_mean_at_half"] is None and kept["final_eval_returns"] == [500.0, -178.2]
     # what is not a curve is kept exactly
-    for k in ("task", "seed", "calibration", "process_seconds", "final_eval_returns", "date"):
+    for k in ("task", "seed", "calibration", "process_seconds", "final_eval", "date"):
         assert kept[k] == row[k], k
     # a suite's runs, by batch and task, in seed order
     assert [r["seed"] for r in store.select(back, "quick")] == [3, 4]
