@@ -133,16 +133,17 @@ def ceiling(args: argparse.Namespace) -> None:
     """Each piece of a worker's step alone on one core, at the preset's sizes; the bound on
     two cores' frames/s that follows."""
     from asyncrl.algos import make_algorithm
-    from asyncrl.config import preset
+    from asyncrl.algos.base import model_spec_for
     from asyncrl.envs import probe_env
     from asyncrl.models import build_model
+    from asyncrl.presets import preset
 
     torch.set_num_threads(1)
     cfg = preset(None, env=args.env, algo="a3c").validate()
     T, B = args.t_max or cfg.t_max, args.envs or cfg.envs_per_worker
     info = probe_env(cfg.env)
-    algo = make_algorithm(cfg, info)
-    model = build_model(algo.model_spec())
+    algo = make_algorithm(cfg.algo, cfg, info)
+    model = build_model(model_spec_for(cfg, algo.model_kind, info, cfg.reward_scale))
     rows: dict[str, list[float]] = {"env": [], "act": [], "learn": [], "peak": []}
     for seed in range(args.seeds):
         for k, v in time_pieces(args, algo, model, info, T, B, seed).items():
@@ -235,6 +236,7 @@ from stable_baselines3 import A2C
 from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 from stable_baselines3.common.vec_env import VecFrameStack
+from tests.oracles import spec_of
 
 gym.register_envs(ale_py)
 env_id, seed, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -15,11 +15,14 @@ import threading
 import types
 import typing
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from asyncrl.config import GROUPS, Config, choices, field_docs, field_hints, section_of
 from asyncrl.configfile import read_config_file
 from asyncrl.errors import Interrupted, TrainingError, UserError
+
+if TYPE_CHECKING:
+    from asyncrl.envs import EnvInfo
 from asyncrl.presets import PRESETS, preset
 
 
@@ -169,12 +172,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _train(ns: argparse.Namespace) -> int:
+def _given(ns: argparse.Namespace) -> dict[str, Any]:
+    """The config options given on the command line (nargs="+" options arrive as lists; the
+    config holds tuples)."""
     fields = {f.name for f in dataclasses.fields(Config)}
-    # nargs="+" options arrive as lists; the config holds tuples
-    cli: dict[str, Any] = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if k in fields
-    }
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if k in fields}
+
+
+def resolve(ns: argparse.Namespace) -> tuple[Config, EnvInfo]:
+    """A new run's configuration from ``asyncrl train``'s options: the env's preset (or
+    --preset), then --config FILE's values, then the options given; validated, and the env's
+    one probe with it (it picks the preset and goes to train, which builds no env of its own:
+    a bad env id or config is refused here, before Ray starts)."""
+    from asyncrl.envs import parse_env_kwargs, probe_env
+
+    cli = _given(ns)
+    from_file = read_config_file(ns.config) if ns.config is not None else {}
+    given = {**from_file, **cli}
+    env = given.get("env", Config.env)
+    info = probe_env(env, parse_env_kwargs(given.get("env_kwargs", ())))
+    try:
+        return preset(ns.preset, info=info, **given).validate().check_env(info), info
+    except UserError as e:  # a value of the file's: name the file and its key
+        named = re.match(r"--([\w-]+)(: .*)", str(e))
+        if named and (key := named[1].replace("-", "_")) in from_file and key not in cli:
+            raise UserError(f"--config {ns.config}: {key}{named[2]}") from e
+        raise
+
+
+def _train(ns: argparse.Namespace) -> int:
+    cli = _given(ns)
     if ns.resume is not None:  # the run's own config: train probes its env and opens its cluster
         from asyncrl.trainer import train
 
@@ -186,21 +213,7 @@ def _train(ns: argparse.Namespace) -> int:
                 )
         s = train(resume=ns.resume, **cli)
     else:
-        from asyncrl.envs import parse_env_kwargs, probe_env
-
-        from_file = read_config_file(ns.config) if ns.config is not None else {}
-        given = {**from_file, **cli}
-        # The env's one probe: it picks the preset and goes to train, which builds no env of
-        # its own; a bad env id (or config) is refused here, before Ray starts.
-        env = given.get("env", Config.env)
-        info = probe_env(env, parse_env_kwargs(given.get("env_kwargs", ())))
-        try:
-            cfg = preset(ns.preset, info=info, **given).validate().check_env(info)
-        except UserError as e:  # a value of the file's: name the file and its key
-            named = re.match(r"--([\w-]+)(: .*)", str(e))
-            if named and (key := named[1].replace("-", "_")) in from_file and key not in cli:
-                raise UserError(f"--config {ns.config}: {key}{named[2]}") from e
-            raise
+        cfg, info = resolve(ns)
         with _cluster_while_importing(cfg):
             from asyncrl.trainer import train
 
