@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_wheel_installed_outside_the_checkout_lists_the_presets_and_trains(tmp_path):
     wheels = tmp_path / "wheels"
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["-w", str(wheels), str(ROOT)],
+        [*pip_wheel, "-q", "-w", str(wheels), str(ROOT)],
         capture_output=True,
         text=True,
         timeout=600,
