@@ -352,7 +352,7 @@ def _pong_frame_by_frame() -> tuple[Any, Callable[[], float]]:
 
 
 def test_pong_draws_every_other_frame_so_odd_no_op_counts_see_two_drawings_a_step():
-    # docs/benchmarks.md#what-the-last-points-are: after FIRE and n no-ops, the last two
+    # 8efeca9:docs/benchmarks.md#what-the-last-points-are: after FIRE and n no-ops, the last two
     # frames of each 4-frame step are one drawing where n is even and two where n is odd, so
     # the max over them overlays two positions of the moving paddle at odd n only
     ale, paddle = _pong_frame_by_frame()
@@ -379,7 +379,7 @@ def test_pong_draws_every_other_frame_so_odd_no_op_counts_see_two_drawings_a_ste
 
 
 def test_pong_draws_the_paddle_on_alternate_frames_set_by_the_parity_and_a_press_from_the_next():
-    # docs/benchmarks.md#what-the-last-points-are: what else the no-op parity changes. The
+    # 8efeca9:docs/benchmarks.md#what-the-last-points-are: what else the no-op parity changes. The
     # paddle is drawn at a new place on a step's 1st and 3rd frames after an even no-op count,
     # on its 2nd and 4th after an odd one; a one-frame press on any of a step's frames first
     # shows at the next of those frames after it (not at one on the press's own frame). So

@@ -296,7 +296,7 @@ class AtariVecEnv(gym.vector.VectorEnv):
         self._lives = info["lives"].copy()
         terminated = ale_terminated | fewer_lives
         # the Pong games of one alignment (the no-op count, start_frames - 1, mod 4) play
-        # alike, and apart from the others' (docs/benchmarks.md#what-the-last-points-are):
+        # alike, and apart from the others' (8efeca9:docs/benchmarks.md#what-the-last-points-are):
         # kept to tell them apart
         self._start[self._ended] = info["episode_frame_number"][self._ended]
         self._ended = game_over.copy()

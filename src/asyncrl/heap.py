@@ -24,8 +24,8 @@ def keep_freed_memory() -> None:
     threshold (128 KiB at first) with fresh pages from the OS and returns them on free, so each
     batch of Atari frames (16 x 4 x 84 x 84 floats: 1.8 MB) and each conv activation is
     page-faulted and zeroed anew. Raising the thresholds (256 MiB mmap, 512 MiB trim) lets the
-    allocator reuse them: a Pong worker ran 17-22% faster (benchmarks/worker_profile.py), and
-    resident memory stayed flat over a 49-minute Pong run (the same sizes recur every step)."""
+    allocator reuse them without page faults; resident memory stays flat, as the same sizes
+    recur every step (docs/atari.md)."""
     mallopt = _libc_function("mallopt")
     if mallopt is not None:
         mallopt(_M_MMAP_THRESHOLD, 256 << 20)

@@ -125,11 +125,11 @@ class SharedAdam:
         self.step_count.add_(1)
         # The kernel torch.optim.Adam(fused=True) runs on CPU (private by name, stable with
         # torch pinned): one pass over the four vectors where the arithmetic written out made
-        # nine, each over memory the emulators had evicted from the caches; on Pong a third of
-        # the time (docs/benchmarks.md#the-shared-adam-step-the-inputs-scale-and-the-rollouts-
-        # layout). It reads the step as a float tensor (this worker's view of the shared
-        # count), and the gradient's memory as contiguous float32 whatever it is given: hence
-        # the conversion, free for the flat float32 gradients the stores pass.
+        # nine, each over memory the emulators had evicted from the caches (measured at 8efeca9:
+        # docs/benchmarks.md, "the shared Adam step"). It reads the step as a float tensor (this
+        # worker's view of the shared count), and the gradient's memory as contiguous float32
+        # whatever it is given: hence the conversion, free for the flat float32 gradients the
+        # stores pass.
         grad = grad.to(self.params.dtype).contiguous()
         t = torch.tensor(float(self.step_count.item()))
         torch._fused_adam_(
@@ -174,11 +174,9 @@ def rms_init_for(backend: str) -> float:
 
     From 0 the first updates are sign steps of up to ten times lr on every parameter. On shared
     memory each worker sees the last one's effect before its next gradient; on Ray a worker's
-    gradients are taken at parameters a median of 27 versions old (A3C's ``--ray-batch 8`` with
-    a call in flight, two workers), so up to 27 of those steps go the same way unchecked. On
-    CartPole that left the policy near-deterministic within 30k steps (mean entropy 0.07-0.14
-    nats over states of random play, 11 seeds; 0.67-0.68 from 1), and twice in CI it froze on
-    one action and never left it (docs/ray.md#rmsprop-from-1-on-ray)."""
+    gradients are taken at parameters many versions old, so a run of those steps goes the same
+    way unchecked, and on CartPole the policy could freeze on one action
+    (docs/ray.md#rmsprop-from-1-on-ray)."""
     return 1.0 if backend == "ray" else 0.0
 
 

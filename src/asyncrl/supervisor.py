@@ -33,10 +33,9 @@ if TYPE_CHECKING:
 
 #: with the default --eval-every, the most of a run's wall time so far that its evaluations'
 #: screens may have taken. The evaluation is one thread beside the workers' (on 2 workers, one
-#: of three on two cores), so while it runs the workers lose about a third of their speed:
-#: under 2% of their work. Counted over the whole run, not from the last one: paced on the last
-#: screen alone (2% of the time since), one 40-second Pong screen at 13 minutes held the next
-#: back 33 minutes, and a 30-minute run evaluated twice, both early (docs/evaluation.md)
+#: of three on two cores), so while it runs the workers lose a share of their speed. Counted
+#: over the whole run, not from the last one: paced on the last screen alone, one long Pong
+#: screen early in a run held the next back for most of it (docs/evaluation.md)
 EVAL_SHARE = 0.05
 
 
@@ -339,8 +338,8 @@ class Supervisor:
             self.evaluator = None
             return
         # a confirmation is rare and its cost is the stop rule's: the periodic schedule paces
-        # itself on the screens alone (a 100-episode confirmation would hold it back 10x
-        # longer), which the monitor adds up
+        # itself on the screens alone (a 100-episode confirmation, ten screens' worth, would
+        # hold it back), which the monitor adds up
         target = self.monitor.target
         solves = (
             self.cfg.stop_on == "eval"

@@ -77,7 +77,7 @@ class APPO(A3C):
 
     def act(self, model, obs, global_step, rng, first, context=None):
         # the critic too: the targets take the values of the policy that acted (PPO's), which
-        # spares the learner a pass over the rollout (on Pong, 6% of a worker's time)
+        # spares the learner a pass over the rollout
         if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
             return super().act(model, obs, global_step, rng, first, context)
         state = self.carried_state(model, obs)

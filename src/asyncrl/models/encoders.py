@@ -224,7 +224,8 @@ class ConvEncoder(nn.Module):
     def _fixed_forward(self, x: torch.Tensor, fixed: _FixedWeights) -> torch.Tensor:
         """:meth:`forward`'s arithmetic on the weights :meth:`fix_weights` made, NHWC: the
         acting pass of a worker, faster than autocast's, which converts every float32 weight on
-        every call (docs/benchmarks.md#the-acting-pass-on-weights-converted-once-a-rollout)."""
+        every call (measured at 8efeca9: docs/benchmarks.md, "the acting pass on weights
+        converted once a rollout")."""
         x = x.contiguous(memory_format=torch.channels_last)
         if x.dtype == torch.uint8:
             w0 = fixed.first_uint8
@@ -246,7 +247,7 @@ class ConvEncoder(nn.Module):
             return self._fixed_forward(x, self._fixed)
         if torch.is_grad_enabled():
             # The learning pass: oneDNN's conv backward is faster on NHWC input than on NCHW
-            # (docs/benchmarks.md#atari-a-faster-worker-step). Done before the float
+            # (8efeca9:docs/benchmarks.md#atari-a-faster-worker-step). Done before the float
             # conversion, which keeps the layout: uint8 pixels are a quarter of the bytes. A
             # pass without gradients outside a worker's rollout (evaluation, asyncrl.load)
             # keeps NCHW: under autocast NHWC measured no faster there.
@@ -279,7 +280,7 @@ class ConvEncoder(nn.Module):
         """``obs`` ``(..., C, H, W)`` copied into the layout the learning pass reads, for a
         caller that learns from the same frames several times (APPO's epochs), NHWC: the
         change of layout once per rollout rather than once per minibatch
-        (docs/benchmarks.md#atari-pong-in-30-minutes-with-bfloat16). Where the first layer
+        (8efeca9:docs/benchmarks.md#atari-pong-in-30-minutes-with-bfloat16). Where the first layer
         fits (``s2d``), the copy is :func:`space_to_depth`'s, which the first layer reads as
         a 2x2 conv. Index it, then ``movedim(-1, -3)``: :meth:`forward` takes
         the result without a copy. None where the observations are NHWC already (MinAtar's)."""
@@ -304,7 +305,7 @@ def encode_rollout(
     """Features ``(T+1, B, d)`` of a rollout's observations ``(T+1, B, ...)`` in one batched
     pass. The last row (the observation after the last step) is only ever a target -- a
     bootstrap value, or a Q value nobody learns from -- so it is encoded without gradient:
-    no backward pass over it (docs/benchmarks.md#atari-other-settings).
+    no backward pass over it (8efeca9:docs/benchmarks.md#atari-other-settings).
     ``bootstrap=False``: rows that are all learnt from, every one with gradient."""
     T1, B = obs.shape[:2]
     if not bootstrap:

@@ -55,11 +55,17 @@ class WorkerActor:
     """One actor-learner on some node of the cluster, running the shared Worker loop."""
 
     def __init__(
-        self, wid: int, cfg: BackendSettings, info: EnvInfo, servers: list[str], bounds: list[tuple]
+        self,
+        wid: int,
+        cfg: BackendSettings,
+        info: EnvInfo,
+        spec: ModelSpec,
+        servers: list[str],
+        bounds: list[tuple],
     ):
         # The servers by name, not by handle: a handle among the constructor arguments lives
         # in the object store, and Ray warns that a restart could then fail.
-        self.wid, self.cfg, self.info = wid, cfg, info
+        self.wid, self.cfg, self.info, self.spec = wid, cfg, info, spec
         self.servers = [ray.get_actor(name) for name in servers]
         self.bounds = bounds if len(servers) > 1 else None
 
@@ -84,7 +90,7 @@ class WorkerActor:
             one_decision=cfg.max_staleness is not None,
         )
         try:
-            Worker(self.wid, incarnation, self.cfg, self.info, store, None).run()
+            Worker(self.wid, incarnation, self.cfg, self.info, self.spec, store, None).run()
         except BaseException:
             # the gradients, steps and episodes of the rollouts before the failure still count
             store.flush()
@@ -98,7 +104,7 @@ class RayRun:
     they die."""
 
     def __init__(self, cfg: BackendSettings, info: EnvInfo, spec: ModelSpec, state: GlobalState):
-        self.cfg, self.info, self.state = cfg, info, state
+        self.cfg, self.info, self.spec, self.state = cfg, info, spec, state
         self.workers = state.counters.shape[1]
         server_cls = ray.remote(num_cpus=0, max_restarts=0)(ParameterServer)
         # named, so that operators (and the fault tests) can find them: ray.get_actor(name)
@@ -150,7 +156,9 @@ class RayRun:
         """A fresh actor for worker ``wid``. Its loop starts once the actor answers a ping, so
         an actor the cluster has no CPU for stays pending without holding anything up: it
         starts when a CPU frees or a node joins, and is dropped if the run ends first."""
-        self.actors[wid] = self.worker_cls.remote(wid, self.cfg, self.info, self.names, self.bounds)
+        self.actors[wid] = self.worker_cls.remote(
+            wid, self.cfg, self.info, self.spec, self.names, self.bounds
+        )
         self.calls[self.actors[wid].node.remote()] = (wid, "ping")
         self.pending_since[wid] = time.monotonic()
         self.noticed.discard(wid)  # a second wait for a CPU is said again

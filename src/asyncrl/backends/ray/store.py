@@ -30,9 +30,8 @@ class RayStore:
     """The worker's side of the parameter server (a :class:`~asyncrl.worker.Store`, as
     SharedMemoryStore is).
 
-    A Ray call costs about a millisecond of CPU (measured here: 1.2-1.6 ms per round trip with
-    a 9k-parameter model), as much as collecting and learning from half a CartPole rollout, so
-    the store spends calls sparingly:
+    A Ray call costs about as much CPU as collecting and learning from a good part of a small
+    rollout (docs/ray.md), so the store spends calls sparingly:
 
     * ``batch`` rollouts' gradients travel in one call, ``push_pull``, with the messages of
       those rollouts (episodes that finished, non-finite updates); the server applies each
@@ -41,7 +40,7 @@ class RayStore:
     * with ``pipeline`` = 1 the call is sent as soon as the batch is full and the worker goes
       on collecting with the parameters it has; it takes the reply when it sends its next call:
       the round trip overlaps the worker's own work instead of idling it. ``pipeline`` = 0
-      (the default) waits for each reply: about 5% less throughput here, half the staleness.
+      (the default) waits for each reply: a little less throughput, half the staleness.
 
     Both add staleness, which the server measures per gradient (``lags`` in the summary). The
     worker's view of the global step is the server's count in the last reply plus its own
