@@ -50,25 +50,6 @@ if TYPE_CHECKING:
 S = TypeVar("S")
 
 
-class Frames(int):
-    """A count a preset gives in emulator frames, the paper's unit: :class:`Config` turns it
-    into agent steps of its env when it is built (a quarter as many on Atari, where each action
-    is repeated for 4 frames; as many elsewhere)."""
-
-
-def _frames_per_step(env: str) -> int:
-    """Emulator frames per agent step of ``env``, as :func:`asyncrl.envs.probe_env` reports
-    them: Atari's action repeat, 1 otherwise (and for an env id that cannot be looked up, which
-    the trainer reports properly)."""
-    from asyncrl import atari
-    from asyncrl.envs import env_spec, is_atari
-
-    try:
-        return atari.FRAMESKIP if is_atari(env_spec(env)) else 1
-    except Exception:
-        return 1
-
-
 #: the sections by name, in the order the CLI's help and the files written show them
 GROUPS: dict[str, type] = {
     "run": RunSettings,
@@ -99,17 +80,17 @@ class Config(
     are the tuned CartPole preset; ``--preset paper`` gives the paper's hyper-parameters (Mnih
     et al., 2016, Section 8 of the supplement)."""
 
-    def __post_init__(self) -> None:
-        # a count a preset gives in frames (the paper's unit, :class:`Frames`) becomes agent
-        # steps of this env; a count given by the user is agent steps already
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Frames):
-                setattr(self, f.name, max(1, round(int(value) / _frames_per_step(self.env))))
-
     def section(self, cls: type[S]) -> S:
         """A copy of the section ``cls``'s fields: what the room that reads them receives."""
-        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        return cls(**{f.name: getattr(self, f.name) for f in fields if hasattr(self, f.name)})
+
+    def backend_section(self) -> BackendSection:
+        """What a backend receives: its own options, and what it hands its workers, their
+        store and the parameter server, the algorithm's section among them."""
+        out = self.section(BackendSection)
+        out.algorithm = self.algo_settings()
+        return out
 
     def algo_settings(self) -> RolloutSettings:
         """This run's algorithm's section, its defaults settled: what the algorithm (and each
@@ -269,6 +250,31 @@ class Config(
                 except TypeError:
                     raise UserError(f"config field {name}: a list, not {d[name]!r}") from None
         return cls(**d)
+
+
+# ------------------------------------------------------------------ what each room receives
+
+
+@dataclass
+class SupervisorSection(RunSettings, EvalSettings):
+    """The supervisor's: the run's budgets, checkpoints and fault limits, and the evaluations'
+    schedule and the stop rule."""
+
+
+@dataclass
+class MonitorSection(RunSettings, EvalSettings, OptimSettings, PolicyGradientSettings):
+    """The monitor's: the stop rule's window, the outputs, and the schedules it logs."""
+
+
+@dataclass
+class BackendSection(RunSettings, EnvSettings, OptimSettings, RaySettings, QSettings):
+    """A backend's (:meth:`Config.backend_section`)."""
+
+    algorithm: RolloutSettings | None = None
+
+    def algo_settings(self) -> RolloutSettings:
+        assert self.algorithm is not None  # (set by Config.backend_section)
+        return self.algorithm
 
 
 # ------------------------------------------------------------------ the applicability table

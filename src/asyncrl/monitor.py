@@ -280,7 +280,7 @@ class Monitor:
             return
         means["train/learning_rate"] = self.learning_rate()
         if self.cfg.entropy_final is not None:
-            means["train/entropy_coef"] = self.cfg.entropy_coef_at(self.global_step)
+            means["train/entropy_coef"] = self.cfg.entropy_coef_at(self.global_step, self.cfg.steps)
         self._sums = {}
         # the columns by their header's names: a resumed run reads them back from the header
         named = {k.replace("/", "_"): v for k, v in means.items()}

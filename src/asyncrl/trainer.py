@@ -21,7 +21,7 @@ from asyncrl.algos import Algorithm, make_algorithm
 from asyncrl.algos.base import model_spec_for
 from asyncrl.backends import cluster_for, make_run, worker_count
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
-from asyncrl.config import Config, reset_misfits
+from asyncrl.config import Config, MonitorSection, SupervisorSection, reset_misfits
 from asyncrl.configfile import config_toml
 from asyncrl.envs import EnvInfo, parse_env_kwargs, probed
 from asyncrl.errors import Interrupted, TrainingError, UserError
@@ -141,7 +141,7 @@ def _run(
         write_atomically(run_dir.path / "config.toml", lambda f: f.write(text))
         monitor = Monitor(
             run_dir,
-            cfg,
+            cfg.section(MonitorSection),
             target_return=cfg.target_return
             if cfg.target_return is not None
             else info.reward_threshold,
@@ -177,11 +177,12 @@ def _run(
         # --precision auto is decided once, here, from this machine's CPU (the spec): every worker,
         # a restarted one and one on a Ray node with another CPU included, learns in the precision
         # the model files record. config.json keeps what was asked, so a resume decides again on
-        # the machine it runs on (the parameters are float32 either way).
-        run = make_run(dataclasses.replace(cfg, precision=spec.precision), info, spec, state)
+        # the machine it runs on (the parameters are float32 either way): the workers build the
+        # model from the spec handed them. Each room gets its own section of the config.
+        run = make_run(cfg.backend_section(), info, spec, state)
         evaluator = _evaluator(cfg, spec, monitor.target)
         supervisor = Supervisor(
-            cfg,
+            cfg.section(SupervisorSection),
             run,
             monitor,
             write_checkpoint,

@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from asyncrl.config import Config, Frames, reset_misfits
+from asyncrl.config import Config, reset_misfits
 from asyncrl.errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -30,6 +30,26 @@ else:  # pragma: no cover
 
 if TYPE_CHECKING:
     from asyncrl.envs import EnvInfo
+
+
+class Frames(int):
+    """A count a preset gives in emulator frames, the paper's unit: :func:`preset` turns it
+    into agent steps of the run's env (a quarter as many on Atari, where each action is
+    repeated for 4 frames; as many elsewhere)."""
+
+
+def _frames_per_step(env: str) -> int:
+    """Emulator frames per agent step of ``env``, as :func:`asyncrl.envs.probe_env` reports
+    them: Atari's action repeat, 1 otherwise (and for an env id that cannot be looked up, which
+    the trainer reports properly)."""
+    from asyncrl import atari
+    from asyncrl.envs import env_spec, is_atari
+
+    try:
+        return atari.FRAMESKIP if is_atari(env_spec(env)) else 1
+    except Exception:
+        return 1
+
 
 #: the layers a preset file may hold beside its settings
 LAYERS = ("appo", "appo-recurrent", "appo-time-limit")
@@ -146,6 +166,12 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
         from asyncrl.envs import parse_env_kwargs, probe_env
 
         info = probe_env(overrides["env"], parse_env_kwargs(overrides.get("env_kwargs", ())))
+    # a count the preset gives in frames becomes agent steps of this env; the user's are steps
+    env = overrides.get("env", Config.env)
+    values = {
+        k: max(1, round(int(v) / _frames_per_step(env))) if isinstance(v, Frames) else v
+        for k, v in values.items()
+    }
     cfg = Config(**{**values, **overrides})
     return reset_misfits(cfg, overrides.keys(), None if info is None else info.action.kind)
 
