@@ -583,9 +583,9 @@ def test_auto_is_decided_once_by_the_driver_and_a_saved_bfloat16_model_loads_any
     seen = []
     real = trainer.make_run
 
-    def make_run(cfg, *args):
-        seen.append(cfg.precision)
-        return real(cfg, *args)
+    def make_run(cfg, info, spec, state):  # the workers build their model from the spec
+        seen.append(spec.precision)
+        return real(cfg, info, spec, state)
 
     monkeypatch.setattr(trainer, "make_run", make_run)
     summary = asyncrl.train(
