@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,25 @@ def eval_seeds(seed: int, index: int, episodes: int) -> list[int]:
     model is not picked on a fixed set of starts), the same ones on a rerun of the seed."""
     ss = np.random.SeedSequence([seed, _EVAL_STREAM, index])
     return [int(s) for s in ss.generate_state(episodes, np.uint32)]
+
+
+def confirm_margin(tries: int, first: float, episodes: int = 100) -> float:
+    """The standard errors the ``tries``-th try of a run's stop rule must clear, on a mean of
+    ``episodes`` episodes: ``first`` (--confirm-stderr) at the first, more at each later one. A
+    policy whose true mean is exactly the target passes the k-th try with probability
+    (1 - Phi(first)) / k^2, so the run as a whole, trying as often as it likes, passes with at
+    most about (pi^2 / 6)(1 - Phi(first)) (under 4% at the default 2). A fixed margin would let
+    a run that tries again and again stop on a lucky confirmation (docs/evaluation.md).
+
+    The mean less k standard errors estimated from the episodes is Student's t with
+    ``episodes - 1`` degrees of freedom, whose tails are heavier than the normal's where the
+    later margins reach: the quantile is the normal's with the Cornish-Fisher correction."""
+    if tries <= 1:
+        return first
+    tail = (1.0 - NormalDist().cdf(first)) / tries**2
+    z = -NormalDist().inv_cdf(max(tail, 1e-300))  # (the upper tail, accurate when tiny)
+    nu = max(1, episodes - 1)
+    return z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * nu**2)
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,8 @@ class Monitor:
         self.best_eval: tuple[float, int, int] | None = None  # mean, global step, episodes
         # the screens' seconds in all: what the default schedule of evaluations paces itself on
         self.screen_seconds = 0.0
+        # the stop rule's tries so far: each asks a larger margin (evaluation.confirm_margin)
+        self.tries = 0
         elapsed = 0.0
         if state is not None:
             self.returns.extend(state["returns"][-self.window :])
@@ -137,6 +139,7 @@ class Monitor:
             self.evaluations = state.get("evaluations", 0)
             self.last_eval = state.get("last_eval")
             self.screen_seconds = state.get("screen_seconds", 0.0)
+            self.tries = state.get("tries", 0)
             best = state.get("best_eval")
             if best is not None:
                 self.best_eval = (float(best[0]), int(best[1]), int(best[2]))
@@ -322,6 +325,7 @@ class Monitor:
             "evaluations": self.evaluations,
             "last_eval": self.last_eval,
             "screen_seconds": self.screen_seconds,
+            "tries": self.tries,
             "best_eval": self.best_eval,
             "returns": list(self.returns),
             "episodes": self.episodes,

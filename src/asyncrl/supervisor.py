@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from asyncrl.evaluation import confirm_margin
 from asyncrl.messages import (
     Done,
     Episodes,
@@ -341,10 +342,18 @@ class Supervisor:
         # itself on the screens alone (a 100-episode confirmation, ten screens' worth, would
         # hold it back), which the monitor adds up
         target = self.monitor.target
+        # a try of the stop rule: a confirmation (or, without one, a screen at the target),
+        # each asking more standard errors than the last, so that a run's chance of stopping
+        # on a lucky one stays bounded however often it tries (evaluation.confirm_margin)
+        tried = target is not None and (result.confirmed or result.mean >= target)
+        if tried and self.cfg.stop_on == "eval" and not self.monitor.solved:
+            self.monitor.tries += 1
+        margin = confirm_margin(self.monitor.tries, self.cfg.confirm_stderr, len(result.returns))
         solves = (
             self.cfg.stop_on == "eval"
             and target is not None
-            and result.reaches(target, self.cfg.confirm_stderr)
+            and tried
+            and result.reaches(target, margin)
             and not self.monitor.solved
         )
         # the stop rule's promise: the model a solved run keeps is the one that met it
