@@ -1,5 +1,7 @@
 """Shared optimizers against reference updates written here, and gradient accumulation."""
 
+import dataclasses
+import itertools
 import math
 
 import pytest
@@ -249,3 +251,53 @@ def test_accumulator_apply_updates_the_shared_vector_and_resets():
     assert norm > 0
     assert not torch.equal(shared, before)
     assert acc.count == 0 and float(acc.buffer.abs().sum()) == 0.0
+
+
+def test_a_resumed_schedule_goes_on_down_from_the_rate_it_had():
+    """A linear schedule over 400 steps resumed at step 320 (rate 0.4 of 2) with a budget of
+    800: from 0.4 down to 0 at 800, not back up to 1.2 (the new budget's rate at 320); the
+    same budget again: the schedule as it was."""
+    from asyncrl.config import MonitorSection
+    from asyncrl.settings import Resumed
+
+    old = Config(env="CartPole-v1", lr=2.0, steps=400)
+    had = scheduled_lr(old, 320)
+    assert had == pytest.approx(0.4)
+    new = dataclasses.replace(
+        Config(env="CartPole-v1", lr=2.0, steps=800).section(MonitorSection),
+        lr_from=Resumed(320, 0.0, had),
+    )
+    assert scheduled_lr(new, 320) == pytest.approx(0.4)
+    assert scheduled_lr(new, 560) == pytest.approx(0.2)
+    assert scheduled_lr(new, 800) == 0.0
+    rates = [scheduled_lr(new, s) for s in range(320, 801, 20)]
+    assert all(a >= b for a, b in itertools.pairwise(rates))  # never rises
+    same = dataclasses.replace(old.section(MonitorSection), lr_from=Resumed(320, 0.0, had))
+    assert [scheduled_lr(same, s) for s in (320, 360)] == [scheduled_lr(old, s) for s in (320, 360)]
+
+
+def test_a_resume_with_a_larger_budget_takes_up_the_rate_where_the_run_left_it(
+    tmp_path, monkeypatch
+):
+    """The trainer's side: a run interrupted at global step 11,200 of 16,000 resumed with
+    --steps 32000 takes up the schedule at the rate it had (0.3 of lr), not the new budget's
+    (0.65); a rate given anew on resume starts afresh."""
+    import asyncrl
+    import tests.envs_for_tests  # noqa: F401
+    from asyncrl import trainer
+    from asyncrl.errors import Interrupted
+
+    monkeypatch.setenv("FAULT_DIR", str(tmp_path))  # (where the fault marks that it fired)
+    run = tmp_path / "run"
+    cfg = dict(env="asyncrl-test/CartPole-sigint-main-v0", backend="threads", workers=1)
+    cfg |= dict(steps=16_000, target_return=10_000.0, progress=False, tensorboard=False)
+    with pytest.raises(Interrupted):
+        asyncrl.train(**cfg, run_dir=str(run))
+    resumed, ckpt, _ = trainer._config(None, run, None, {"steps": 32_000})
+    start, at = ckpt["lr_from"], ckpt["glob"].steps
+    assert 0 < at < 16_000
+    assert start.step == at and start.lr == pytest.approx(3e-3 * (1 - at / 16_000))
+    section = dataclasses.replace(resumed.section(trainer.MonitorSection), lr_from=start)
+    assert scheduled_lr(section, at) == pytest.approx(start.lr)  # no jump up to 6,000's rate
+    assert scheduled_lr(section, at) < scheduled_lr(resumed, at)
+    assert trainer._config(None, run, None, {"steps": 32_000, "lr": 1e-3})[1]["lr_from"] is None

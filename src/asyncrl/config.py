@@ -39,6 +39,7 @@ from asyncrl.settings import (
     ModelSettings,
     OptimSettings,
     RaySettings,
+    Resumed,
     RolloutSettings,
     RunSettings,
     need,
@@ -84,6 +85,12 @@ class Config(
         """A copy of the section ``cls``'s fields: what the room that reads them receives."""
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
         return cls(**{f.name: getattr(self, f.name) for f in fields if hasattr(self, f.name)})
+
+    @property
+    def lr_from(self) -> Resumed | None:
+        """Where a resumed run took up its schedule: run state, which the sections that apply
+        or log the rate carry (:class:`BackendSection`, :class:`MonitorSection`), not a setting."""
+        return None
 
     def backend_section(self) -> BackendSection:
         """What a backend receives: its own options, and what it hands its workers, their
@@ -265,12 +272,15 @@ class SupervisorSection(RunSettings, EvalSettings):
 class MonitorSection(RunSettings, EvalSettings, OptimSettings, PolicyGradientSettings):
     """The monitor's: the stop rule's window, the outputs, and the schedules it logs."""
 
+    lr_from: Resumed | None = None
+
 
 @dataclass
 class BackendSection(RunSettings, EnvSettings, OptimSettings, RaySettings, QSettings):
     """A backend's (:meth:`Config.backend_section`)."""
 
     algorithm: RolloutSettings | None = None
+    lr_from: Resumed | None = None
 
     def algo_settings(self) -> RolloutSettings:
         assert self.algorithm is not None  # (set by Config.backend_section)

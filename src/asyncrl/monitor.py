@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import dataclasses
 import io
 import os
 import sys
@@ -326,6 +327,8 @@ class Monitor:
             "last_eval": self.last_eval,
             "screen_seconds": self.screen_seconds,
             "tries": self.tries,
+            # where this run's schedule last took up (a later resume goes on from it)
+            "lr_from": None if self.cfg.lr_from is None else dataclasses.asdict(self.cfg.lr_from),
             "best_eval": self.best_eval,
             "returns": list(self.returns),
             "episodes": self.episodes,

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import torch
 
+from asyncrl.settings import Resumed
+
 
 class OptimizerSettings(Protocol):
     """What the shared optimizer reads: the optimiser's section and the backend."""
@@ -43,6 +45,8 @@ class ScheduleSettings(Protocol):
     def lr_anneal_over(self) -> str: ...
     @property
     def steps(self) -> int: ...
+    @property
+    def lr_from(self) -> Resumed | None: ...
     def time_limit_seconds(self) -> float | None: ...
 
 
@@ -198,15 +202,32 @@ def scheduled_lr(cfg: ScheduleSettings, step: int, elapsed: float = 0.0) -> floa
     With ``--lr-anneal-over time`` the rate is the lower of the schedule over ``--steps`` and
     the same schedule over ``--time-limit``: the rate reaches 0 at whichever budget ends the
     run, so a run ended by its time limit anneals fully on a CPU of any speed, where a step
-    budget sized for one CPU leaves a slower one the held rate all run (docs/benchmarks.md)."""
+    budget sized for one CPU leaves a slower one the held rate all run (docs/presets.md).
+
+    A resumed run (``cfg.lr_from``) goes on from the rate it had and follows the schedule of
+    its new budget down from there, scaled to that rate: a larger budget given on resume does
+    not raise the rate back (a linear schedule over 10M steps resumed at 8M with 20M would
+    jump from 0.2 lr to 0.6 lr), and the rate never rises within a run unless the schedule
+    holds it."""
+    lr = cfg.lr * _fraction(cfg, step, elapsed)
+    start = cfg.lr_from
+    if start is not None and start.lr < cfg.lr * _fraction(cfg, start.step, start.elapsed):
+        # (where the new schedule gives the rate the run had, nothing to scale: the same budget)
+        f0 = _fraction(cfg, start.step, start.elapsed)
+        lr = min(lr, start.lr * _fraction(cfg, step, elapsed) / f0)
+    return lr
+
+
+def _fraction(cfg: ScheduleSettings, step: float, elapsed: float) -> float:
+    """The schedule's rate at ``step`` and ``elapsed`` as a fraction of --lr."""
     if cfg.lr_schedule == "constant":
-        return cfg.lr
-    lr = linear_lr(cfg.lr, step, cfg.steps, cfg.lr_anneal_from)
+        return 1.0
+    f = linear_lr(1.0, step, cfg.steps, cfg.lr_anneal_from)
     if cfg.lr_anneal_over == "time":
         limit = cfg.time_limit_seconds()
         assert limit is not None  # the config checks it
-        lr = min(lr, linear_lr(cfg.lr, elapsed, limit, cfg.lr_anneal_from))
-    return lr
+        f = min(f, linear_lr(1.0, elapsed, limit, cfg.lr_anneal_from))
+    return f
 
 
 def clip_grad_norm_(grad: torch.Tensor, max_norm: float) -> float:

@@ -31,6 +31,17 @@ def need(ok: bool, flag: str, what: str) -> None:
 
 
 @dataclass(frozen=True)
+class Resumed:
+    """Where a resumed run took up its learning-rate schedule: the global step, the seconds of
+    its clock, and the rate it had there (:func:`asyncrl.optim.scheduled_lr`). Run state, not
+    a setting: the main process hands it to the rooms that apply or log the rate."""
+
+    step: int
+    elapsed: float
+    lr: float
+
+
+@dataclass(frozen=True)
 class CheckContext:
     """What a section's checks may read of the others (plain values, not the whole config)."""
 

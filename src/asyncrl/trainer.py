@@ -30,9 +30,10 @@ from asyncrl.heap import return_freed_memory
 from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
 from asyncrl.monitor import Monitor
-from asyncrl.optim import rms_start
+from asyncrl.optim import rms_start, scheduled_lr
 from asyncrl.presets import preset
 from asyncrl.rundir import RunDir, write_atomically
+from asyncrl.settings import Resumed
 from asyncrl.state import GlobalState
 from asyncrl.supervisor import Ended, Outcome, Supervisor
 
@@ -139,9 +140,10 @@ def _run(
         header = f"asyncrl train --config {run_dir.path / 'config.toml'} trains this run again"
         text = config_toml(cfg, header).encode()
         write_atomically(run_dir.path / "config.toml", lambda f: f.write(text))
+        lr_from = None if ckpt is None else ckpt["lr_from"]
         monitor = Monitor(
             run_dir,
-            cfg.section(MonitorSection),
+            dataclasses.replace(cfg.section(MonitorSection), lr_from=lr_from),
             target_return=cfg.target_return
             if cfg.target_return is not None
             else info.reward_threshold,
@@ -179,7 +181,9 @@ def _run(
         # the model files record. config.json keeps what was asked, so a resume decides again on
         # the machine it runs on (the parameters are float32 either way): the workers build the
         # model from the spec handed them. Each room gets its own section of the config.
-        run = make_run(cfg.backend_section(), info, spec, state)
+        backend = cfg.backend_section()
+        backend.lr_from = lr_from
+        run = make_run(backend, info, spec, state)
         evaluator = _evaluator(cfg, spec, monitor.target)
         supervisor = Supervisor(
             cfg.section(SupervisorSection),
@@ -276,7 +280,23 @@ def _config(
     cfg = cfg.validate()
     info = probed(info, cfg.env, cfg.env_kwargs_dict)
     cfg = reset_misfits(cfg, overrides.keys(), info.action.kind)
-    return cfg.check_env(info), load_checkpoint(run_dir.path), info
+    ckpt = load_checkpoint(run_dir.path)
+    # the rate goes on from where it was, unless the user gives a rate or schedule anew
+    anew = overrides.keys() & {"lr", "lr_schedule"}
+    ckpt["lr_from"] = None if anew else _resumed_rate(saved, ckpt)
+    return cfg.check_env(info), ckpt, info
+
+
+def _resumed_rate(saved: Config, ckpt: dict[str, Any]) -> Resumed:
+    """Where the resumed run takes up its learning-rate schedule: the rate the run had at its
+    checkpoint, under its saved settings and the start of its own last resume (the new
+    schedule goes on down from there: :func:`asyncrl.optim.scheduled_lr`)."""
+    monitor, steps = ckpt["monitor"], ckpt["glob"].steps
+    before = monitor.get("lr_from")  # (None: never resumed, or a checkpoint older than it)
+    had = dataclasses.replace(
+        saved.section(MonitorSection), lr_from=None if before is None else Resumed(**before)
+    )
+    return Resumed(steps, monitor["elapsed"], scheduled_lr(had, steps, monitor["elapsed"]))
 
 
 def _summary(
