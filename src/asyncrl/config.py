@@ -52,19 +52,11 @@ S = TypeVar("S")
 
 
 #: the sections by name, in the order the CLI's help and the files written show them
-GROUPS: dict[str, type] = {
-    "run": RunSettings,
-    "env": EnvSettings,
-    "evaluation": EvalSettings,
-    "rollout": RolloutSettings,
-    "optimizer": OptimSettings,
-    "model": ModelSettings,
-    "ray": RaySettings,
-    "a3c": PolicyGradientSettings,
-    "appo": APPOSettings,
-    "q": QSettings,
-    "onestep": OneStepSettings,
-}
+GROUPS: dict[str, type] = dict(
+    run=RunSettings, env=EnvSettings, evaluation=EvalSettings, rollout=RolloutSettings,
+    optimizer=OptimSettings, model=ModelSettings, ray=RaySettings,
+    a3c=PolicyGradientSettings, appo=APPOSettings, q=QSettings, onestep=OneStepSettings,
+)  # fmt: skip
 
 
 @dataclass
@@ -449,6 +441,11 @@ APPLIES: list[tuple[str, Rule]] = [
         lambda c, k: c.seq_len > 0,
         "refreshes the start state of --seq-len's pieces: add --seq-len L (and a recurrent "
         "core), or drop --burn-in",
+    ),
+    _when(
+        "vtrace_pg",
+        lambda c, k: c.vtrace,
+        "chooses V-trace's policy term: add --vtrace, or drop --vtrace-pg",
     ),
     _when(
         "rho_bar",

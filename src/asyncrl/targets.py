@@ -147,6 +147,7 @@ def vtrace(
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
     lam: float = 1.0,
+    rho_weighted: bool = True,
 ) -> tuple[Array, Array]:
     """V-trace targets and policy-gradient advantages (Espeholt et al., 2018, Section 4.1) of a
     rollout acted by a behaviour policy mu and learned by pi.
@@ -162,7 +163,8 @@ def vtrace(
     (0 when terminated) and ``v_{t+1}`` is it too. On-policy (``log_rhos`` = 0, the bars >= 1)
     ``v_t`` is the n-step return to the rollout's end (:func:`nstep_returns`), or GAE(lam)'s
     value target. Returns ``(v, A)``; both are targets (no gradient is meant to flow through
-    them: pass detached values and ratios).
+    them: pass detached values and ratios). ``rho_weighted`` False: A_t without its rho_t, for
+    a loss that applies the importance weight itself (APPO's clipped ratio, --vtrace-pg ratio).
     """
     T = rewards.shape[0]
     live = 1.0 - _float_like(terminated, rewards)
@@ -183,5 +185,5 @@ def vtrace(
         acc = deltas[t] + gamma * lam * clip_c[t] * next_acc[t]
         vs_minus_v[t] = acc
     vs = values + vs_minus_v
-    advantages = clip_rho * (rewards + gamma * (boot + next_acc) - values)
-    return vs, advantages
+    advantages = rewards + gamma * (boot + next_acc) - values
+    return vs, clip_rho * advantages if rho_weighted else advantages

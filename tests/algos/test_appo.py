@@ -18,7 +18,7 @@ from asyncrl.envs import ActionSpace, EnvInfo
 from asyncrl.models import build_model, flat_grad, space_to_depth
 from asyncrl.rollout import Rollout
 from asyncrl.targets import gae_advantages
-from tests.oracles import spec_of
+from tests.oracles import spec_of, vtrace_by_sums
 
 INFO = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace("discrete", 3))
 BOX = EnvInfo("Test-v0", obs_shape=(3,), obs_dtype="float32", action=ActionSpace(
@@ -218,30 +218,81 @@ def test_acting_records_the_critics_values_of_the_rollout(info, core):
         np.testing.assert_allclose(ro.values, expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("vtrace", [False, True])
-def test_the_targets_take_the_acted_values_or_with_vtrace_a_pass_at_the_learners(vtrace):
+def test_the_targets_take_the_acted_values_without_a_pass_over_the_rollout():
     """GAE's targets are R = A + V with the values recorded at acting time, and no pass over
-    the rollout is made for them; V-trace's need pi at the learner's parameters: one pass,
-    whose values they take (the recorded ones ignored), and the importance weights'
-    statistics."""
-    appo, model = algo_and_model(APPO, epochs=1, minibatches=1, gae_lambda=0.95, vtrace=vtrace)
+    the rollout is made for them."""
+    appo, model = algo_and_model(APPO, epochs=1, minibatches=1, gae_lambda=0.95)
     ro = random_rollout(INFO)
     as_acted(model, appo, ro)
-    with torch.no_grad():
-        fresh = appo.unroll(model, ro)[1].numpy()
     ro.values[:] = np.random.default_rng(1).normal(size=ro.values.shape) * 10.0
     passes = []
     real = appo.unroll
     appo.unroll = lambda *a: passes.append(1) or real(*a)
     returns, _, old_v, stats, _ = appo.prepare(model, ro)
-    values = fresh if vtrace else ro.values
+    values = ro.values
     np.testing.assert_allclose(old_v, values[:-1], rtol=1e-6)
-    assert len(passes) == int(vtrace)
-    assert ("vtrace/rho_mean" in stats) == vtrace
-    if not vtrace:
-        r, term, ends = ro.rewards, ro.terminated, ro.ends
-        gae = gae_advantages(r, values[:-1], values[1:], term, ends, 0.9, 0.95)
-        np.testing.assert_allclose(returns, gae + values[:-1], rtol=1e-5, atol=1e-5)
+    assert passes == [] and "vtrace/rho_mean" not in stats
+    r, term, ends = ro.rewards, ro.terminated, ro.ends
+    gae = gae_advantages(r, values[:-1], values[1:], term, ends, 0.9, 0.95)
+    np.testing.assert_allclose(returns, gae + values[:-1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pg", ["rho", "ratio"])
+def test_vtrace_targets_follow_the_parameters_pulled_for_each_minibatch(pg):
+    """--vtrace, Sample Factory's learner: each minibatch (a group of whole rollouts)
+    computes V-trace's targets and advantages from its own values and ratios pi/mu at the
+    parameters of the moment. The global parameters change between two minibatches (another
+    worker's update): the second's targets are V-trace's at the new parameters (IMPALA's sums,
+    tests.oracles), not at those of the first. --vtrace-pg ratio: the advantages without rho."""
+    appo, model = algo_and_model(
+        APPO, epochs=1, minibatches=2, vtrace=True, gae_lambda=0.95, vtrace_pg=pg
+    )
+    ro = random_rollout(INFO)
+    mu = as_acted(model, appo, ro)
+    ro.logp[:] = mu + np.random.default_rng(2).normal(0, 0.3, mu.shape)  # an older mu
+    seen = []
+    real = appo.vtrace_minibatch
+
+    def spy(model_, rollout, envs):
+        out = real(model_, rollout, envs)
+        seen.append((envs.copy(), out[3].copy(), out[4].copy()))
+        return out
+
+    appo.vtrace_minibatch = spy
+    first, second = list(appo.updates(model, ro))
+    first()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)  # another worker's update lands
+    second()
+    assert sorted(np.concatenate([seen[0][0], seen[1][0]])) == [0, 1, 2, 3]
+
+    def oracle(envs):
+        with torch.no_grad():
+            params, values = appo.unroll(model, ro, envs)
+            logp = model.distribution(params[:-1]).log_prob(torch.from_numpy(ro.actions[:, envs]))
+        v, lr = values.numpy().astype(np.float64), (logp.numpy() - ro.logp[:, envs])
+        out = [
+            vtrace_by_sums(
+                ro.rewards[:, e], v[:-1, i], v[1:, i], ro.terminated[:, e], ro.ends[:, e],
+                lr[:, i], 0.9, 1.0, 1.0, 0.95,
+            )
+            for i, e in enumerate(envs)
+        ]  # fmt: skip
+        vs, adv = (np.stack([o[k] for o in out], axis=1) for k in (0, 1))
+        if pg == "ratio":  # A without its rho
+            adv = adv / np.minimum(1.0, np.exp(lr))
+        return vs, adv
+
+    envs, returns, adv = seen[1]
+    valid = ro.valid[:, envs]
+    vs, expected_adv = oracle(envs)
+    np.testing.assert_allclose(returns[valid], vs[valid], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(adv[valid], expected_adv[valid], rtol=1e-4, atol=1e-4)
+    model.load_state_dict(before)  # the first minibatch's parameters give other targets
+    stale, _ = oracle(envs)
+    assert np.abs(returns[valid] - stale[valid]).max() > 1e-2
 
 
 def test_each_minibatch_weighs_the_entropy_by_the_beta_of_its_rollouts_start():

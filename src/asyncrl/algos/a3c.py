@@ -95,29 +95,39 @@ class A3C(Algorithm):
         }
 
     def targets(
-        self, rollout: Rollout, values: np.ndarray, logp: torch.Tensor | None
+        self,
+        rollout: Rollout,
+        values: np.ndarray,
+        logp: torch.Tensor | None,
+        envs: np.ndarray | None = None,
+        rho_weighted: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         """The critic's targets and the policy gradient's advantages ``(T, B)`` from the
         values ``(T+1, B)`` and the log-probabilities of the actions taken under the policy
         being learnt (None: the behaviour policy's, recorded): n-step returns, GAE(lambda), or
         with --vtrace V-trace's, which weigh each step by its truncated importance weight pi/mu
         against the recorded behaviour policy mu (on-policy, pi = mu, V-trace's are the first
-        two). Advantages scaled to mean 0, std 1 with --normalize-advantage."""
+        two). Advantages scaled to mean 0, std 1 with --normalize-advantage. ``envs``: of
+        those columns of the rollout only (``values`` and ``logp`` are theirs);
+        ``rho_weighted``: V-trace's advantages with their rho (:func:`asyncrl.targets.vtrace`)."""
         cfg = self.cfg
         v, next_v = values[:-1], values[1:]  # after an episode end: V(final observation)
-        r, term, ends = rollout.rewards, rollout.terminated, rollout.ends
+        cols = slice(None) if envs is None else envs
+        r, term, ends = rollout.rewards[:, cols], rollout.terminated[:, cols], rollout.ends[:, cols]
+        valid = rollout.valid[:, cols]
         stats: dict[str, float] = {}
         # the importance weights pi/mu: 1 where the parameters that learn are those that acted
-        acted = rollout.logp
+        acted = rollout.logp[:, cols]
         log_rhos = np.zeros_like(acted) if logp is None else logp.detach().numpy() - acted
-        if logp is not None and self.fresh_parameters and rollout.valid.any():
-            rhos = np.exp(log_rhos[rollout.valid])
+        if logp is not None and self.fresh_parameters and valid.any():
+            rhos = np.exp(log_rhos[valid])
             stats = {"vtrace/rho_mean": float(rhos.mean()), "vtrace/rho_max": float(rhos.max())}
         if cfg.vtrace:
             lam = 1.0 if cfg.gae_lambda is None else cfg.gae_lambda
             returns, adv = vtrace(
-                r, v, next_v, term, ends, log_rhos, cfg.gamma, cfg.rho_bar, cfg.c_bar, lam
-            )
+                r, v, next_v, term, ends, log_rhos, cfg.gamma, cfg.rho_bar, cfg.c_bar, lam,
+                rho_weighted,
+            )  # fmt: skip
         elif cfg.gae_lambda is None:
             returns = nstep_returns(r, next_v, term, ends, cfg.gamma, cfg.horizon, cfg.missing)
             adv = returns - v
@@ -125,7 +135,7 @@ class A3C(Algorithm):
             adv = gae_advantages(r, v, next_v, term, ends, cfg.gamma, cfg.gae_lambda)
             returns = adv + v
         if cfg.normalize_advantage:
-            adv = normalized(adv, rollout.valid)
+            adv = normalized(adv, valid)
         return returns, adv, stats
 
 

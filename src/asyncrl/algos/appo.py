@@ -77,9 +77,7 @@ class APPO(A3C):
 
     def act(self, model, obs, global_step, rng, first, context=None):
         # the critic too: the targets take the values of the policy that acted (PPO's), which
-        # spares the learner a pass over the rollout
-        if self.cfg.vtrace:  # V-trace's targets make that pass anyway (prepare)
-            return super().act(model, obs, global_step, rng, first, context)
+        # spares the learner a pass over the rollout; with --vtrace --value-clip's baseline
         state = self.carried_state(model, obs)
         if self.record_states:  # a reference: a recurrent core makes a new state each step
             self.acted_states.append(state)
@@ -90,8 +88,6 @@ class APPO(A3C):
     def end_rollout(self, model, rollout, global_step, rng):
         if self.acted_states:
             self.seq_states = torch.stack(self.acted_states)
-        if self.cfg.vtrace:
-            return
         # V(obs[T]) for the bootstrap, from the core's state after the last step (left as it
         # is: the next rollout's first step acts on the same observation with it)
         last, first = torch.from_numpy(rollout.obs[-1]), torch.from_numpy(rollout.first[-1])
@@ -103,8 +99,10 @@ class APPO(A3C):
         self, model: Any, rollout: Rollout, target_model: Any = None
     ) -> Iterator[Callable[[], tuple[torch.Tensor, dict[str, float]]]]:
         prepared: list[Prepared] = []
+        # V-trace's traces run through whole rollouts: its minibatches are groups of envs
+        whole = model.core.sequential or self.cfg.vtrace
         for _ in range(self.cfg.epochs):
-            for times, envs in self.minibatches(rollout, model.core.sequential):
+            for times, envs in self.minibatches(rollout, whole):
                 yield partial(self.minibatch_loss, model, rollout, times, envs, prepared)
 
     def minibatches(
@@ -133,27 +131,40 @@ class APPO(A3C):
 
     @torch.no_grad()
     def prepare(self, model: Any, rollout: Rollout) -> Prepared:
-        """The rollout's targets, advantages and values ``(T, B)`` (from the values recorded
-        as it acted; with --vtrace, at the model's parameters now, the first minibatch's),
-        statistics of them, and (for a feed-forward conv net) its observations laid out once
-        for the learning passes of every epoch."""
+        """The rollout's targets, advantages and values ``(T, B)`` from the values recorded as
+        it acted, statistics of them, and (for a feed-forward conv net) its observations laid
+        out once for the learning passes of every epoch. (--vtrace: each minibatch's own,
+        :meth:`vtrace_minibatch`.)"""
         T = rollout.t_max
-        logp: torch.Tensor | None = None  # pi = mu: the behaviour policy's, recorded
         values_np = rollout.values
-        if self.cfg.vtrace:
-            params, values = self.unroll(model, rollout)
-            logp = model.distribution(params[:T]).log_prob(rollout.actions_tensor())
-            values_np = values.numpy()
-        returns, adv, stats = self.targets(rollout, values_np, logp)
-        valid = rollout.valid
-        var = returns[valid].var() if valid.any() else 0.0
-        if var > 0:  # 1: the values explain the returns; 0: no better than their mean
-            residual = (returns - values_np[:T])[valid].var()
-            stats["train/explained_variance"] = float(1.0 - residual / var)
+        stats: dict[str, float] = {}
+        returns = adv = values_np[:T]
+        if not self.cfg.vtrace:  # pi = mu: the behaviour policy's log-probabilities
+            returns, adv, stats = self.targets(rollout, values_np, None)
+            stats |= explained_variance(returns, values_np[:T], rollout.valid)
         # a recurrent core replays sequences from the rollout as stored (unroll_minibatch)
-        sequential = model.core.sequential
+        sequential = model.core.sequential or self.cfg.vtrace
         learn_obs = None if sequential else model.encoder.learning_layout(rollout.obs)
         return returns, adv, values_np[:T], stats, learn_obs
+
+    def vtrace_minibatch(
+        self, model: Any, rollout: Rollout, envs: np.ndarray
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, np.ndarray, np.ndarray, dict[str, float]]:
+        """--vtrace: a minibatch of whole rollouts of the envs ``envs`` at the parameters now,
+        and V-trace's targets and advantages from its own values and ratios pi/mu (Sample
+        Factory's learner; IMPALA's, whose one batch is the minibatch): the distribution,
+        the log-probabilities of the actions taken and the values ``(T, n)`` with their
+        gradient, then the targets, the advantages and their statistics. The advantages keep
+        their rho, or not (--vtrace-pg ratio: the clipped ratio applies the weight alone)."""
+        T = rollout.t_max
+        params, values = self.unroll(model, rollout, envs)  # (T+1, n, ...): with the bootstrap
+        dist = model.distribution(params[:T])
+        logp = dist.log_prob(torch.from_numpy(rollout.actions[:, envs]))
+        v = values.detach().numpy()
+        rho = self.cfg.vtrace_pg == "rho"
+        returns, adv, stats = self.targets(rollout, v, logp, envs, rho_weighted=rho)
+        stats |= explained_variance(returns, v[:T], rollout.valid[:, envs])
+        return dist, logp, values[:T], returns, adv, stats
 
     def minibatch_loss(
         self,
@@ -165,25 +176,29 @@ class APPO(A3C):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.cfg
         first_call = not prepared
-        if first_call:  # once a rollout (V-trace: at the parameters pulled for this minibatch)
+        if first_call:  # once a rollout
             prepared.append(self.prepare(model, rollout))
         returns, adv, old_v, stats, learn_obs = prepared[0]
-        params, v = self.unroll_minibatch(model, rollout, times, envs, learn_obs)
-        dist = model.distribution(params)
-        logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
+        if cfg.vtrace:  # the targets of this minibatch, at the parameters pulled for it
+            dist, logp, v, ret_mb, adv_mb, stats = self.vtrace_minibatch(model, rollout, envs[0])
+            a, ret = torch.from_numpy(adv_mb), torch.from_numpy(ret_mb)
+        else:
+            params, v = self.unroll_minibatch(model, rollout, times, envs, learn_obs)
+            dist = model.distribution(params)
+            logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
+            a, ret = torch.from_numpy(adv[times, envs]), torch.from_numpy(returns[times, envs])
         mask = torch.from_numpy(rollout.valid[times, envs]).float()
         # a fixed count, as every loss here (docs/algorithms.md#every-transition-weighs-the-same):
         # the transitions drawn, or a recurrent core's sequences' slots, masked reset steps
         # included, so a reset step weighs nothing and dilutes nothing
         n = float(times.size)
-        # against the recorded mu; with --vtrace the advantages already hold rho = min(rho_bar,
-        # pi/mu), so the ratio weights them again: Sample Factory's combination (docs/algorithms.md)
+        # against the recorded mu; with --vtrace (--vtrace-pg rho) the advantages hold rho =
+        # min(rho_bar, pi/mu) too, so the ratio weights them again: Sample Factory's
+        # combination (docs/algorithms.md)
         log_ratio = logp - torch.from_numpy(rollout.logp[times, envs])
         ratio = log_ratio.exp()
-        a = torch.from_numpy(adv[times, envs])
         clipped = torch.clamp(ratio, 1.0 - cfg.clip, 1.0 + cfg.clip)
         policy_loss = -(torch.min(ratio * a, clipped * a) * mask).sum() / n
-        ret = torch.from_numpy(returns[times, envs])
         value_err = (v - ret).pow(2)
         if cfg.value_clip > 0:
             old = torch.from_numpy(old_v[times, envs])
@@ -276,3 +291,12 @@ class APPO(A3C):
         T, B = rollout.t_max, rollout.num_envs
         times, envs = np.arange(T)[:, None].repeat(B, 1), np.arange(B)[None].repeat(T, 0)
         return self.minibatch_loss(model, rollout, times, envs, [])
+
+
+def explained_variance(returns: np.ndarray, values: np.ndarray, valid: np.ndarray) -> dict:
+    """``train/explained_variance`` of the critic's ``values`` for the targets ``returns``
+    (1: the values explain them; 0: no better than their mean), where they vary."""
+    var = returns[valid].var() if valid.any() else 0.0
+    if var <= 0:
+        return {}
+    return {"train/explained_variance": float(1.0 - (returns - values)[valid].var() / var)}

@@ -11,6 +11,7 @@ section here (if it has settings of its own) and a row of :data:`SECTIONS`, its 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from asyncrl.settings import CheckContext, RolloutSettings, need
 
@@ -120,11 +121,18 @@ class APPOSettings(PolicyGradientSettings):
     """APPO: PPO's clip range epsilon of the probability ratio"""
     value_clip: float = 0.0
     """APPO: clip the value's move from the rollout's values to this (0: no clipping)"""
+    vtrace_pg: Literal["rho", "ratio"] = "rho"
+    """APPO --vtrace: the clipped ratio times the rho-weighted advantage (rho) or the plain one
+
+    rho is Sample Factory's; ratio applies the importance weight once, through the clipped
+    ratio (docs/algorithms.md#appo-with-v-trace)."""
 
     def check(self, ctx: CheckContext) -> None:
         need(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         need(self.minibatches >= 1, "minibatches", f"must be >= 1, got {self.minibatches}")
         pieces = ctx.algo == "appo" and ctx.core != "none"
+        # V-trace's minibatches are groups of whole rollouts too, a recurrent core's or not
+        groups = pieces or (ctx.algo == "appo" and self.vtrace)
         need(
             self.seq_len == 0 or self.seq_len >= 2,
             "seq-len",
@@ -164,9 +172,10 @@ class APPOSettings(PolicyGradientSettings):
             "rollout into pieces of L steps"
         )
         need(
-            not pieces or self.minibatches <= B * cut,
+            not groups or self.minibatches <= B * cut,
             "minibatches",
-            f"with --core {ctx.core} each minibatch is a group of sequences, {B * cut} a "
+            f"with {'--vtrace' if not pieces else '--core ' + ctx.core} each minibatch is a "
+            f"group of sequences, {B * cut} a "
             "rollout (--envs-per-worker x --t-max / --seq-len; whole rollouts without "
             f"--seq-len): give --minibatches {B * cut} or fewer, {fix}",
         )
