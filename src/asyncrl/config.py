@@ -102,16 +102,13 @@ class Config(
     def entropy_coef_at(self, global_step: int, budget: int | None = None) -> float:
         return super().entropy_coef_at(global_step, self.steps if budget is None else budget)
 
-    def context(self) -> CheckContext:
-        return CheckContext(self.algo, self.core, self.envs_per_worker, self.steps)
-
     def validate(self) -> Config:
         """Raise :class:`UserError` naming the first invalid field and how to fix it: the
         values themselves (choices, finite numbers), each section's own checks, the checks
         across sections, then the applicability table (after the range checks, so that a
         value out of range is reported as that)."""
         self._check_values()
-        ctx = self.context()
+        ctx = CheckContext(self.algo, self.core, self.envs_per_worker, self.steps)
         for cls in _sections():
             check = vars(cls).get("check")
             if check is not None:
@@ -124,9 +121,8 @@ class Config(
         return self
 
     def _check_values(self) -> None:
-        """Every choice one of its choices; every number a finite number. NaN compares false
-        with everything, so a range check alone lets it through (and a stop rule at
-        --target-return nan never fires); inf passes a lower bound."""
+        """Every choice one of its choices; every number a finite number (NaN passes a range
+        check, and a stop rule at --target-return nan never fires; inf passes a lower bound)."""
         for name, (choices, optional) in _choice_fields().items():
             value = getattr(self, name)
             need(
@@ -441,6 +437,12 @@ APPLIES: list[tuple[str, Rule]] = [
         lambda c, k: c.seq_len > 0,
         "refreshes the start state of --seq-len's pieces: add --seq-len L (and a recurrent "
         "core), or drop --burn-in",
+    ),
+    _when(
+        "normalize_over",
+        lambda c, k: c.normalize_advantage and not c.vtrace,
+        "says where --normalize-advantage scales (with --vtrace: each minibatch): add "
+        "--normalize-advantage, or drop --normalize-over",
     ),
     _when(
         "vtrace_pg",

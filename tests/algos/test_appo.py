@@ -507,3 +507,22 @@ def test_burn_in_starts_a_piece_from_the_state_the_parameters_now_give_k_steps_o
     # the gradient stops at the piece's start: none reaches the burn-in's steps
     params.sum().backward()
     assert model.core.cell.weight_hh.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("over", ["rollout", "minibatch"])
+def test_advantages_are_normalised_over_each_minibatch_or_the_rollout(over):
+    """--normalize-advantage --normalize-over minibatch (SB3's, CleanRL's): each minibatch's
+    advantages have mean 0, so at ratio 1 its policy term, their negated mean, is 0; over the
+    rollout (the default) only the rollout's are, and a minibatch's policy term is not."""
+    appo, model = algo_and_model(
+        APPO, epochs=1, minibatches=2, gae_lambda=0.95, normalize_advantage=True,
+        normalize_over=over,
+    )  # fmt: skip
+    ro = random_rollout(INFO, T=8, B=4)
+    as_acted(model, appo, ro)
+    terms = [abs(update()[1]["loss/policy_loss"]) for update in appo.updates(model, ro)]
+    assert len(terms) == 2
+    if over == "minibatch":
+        assert max(terms) < 1e-6
+    else:
+        assert max(terms) > 1e-3

@@ -101,6 +101,7 @@ class A3C(Algorithm):
         logp: torch.Tensor | None,
         envs: np.ndarray | None = None,
         rho_weighted: bool = True,
+        normalize: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         """The critic's targets and the policy gradient's advantages ``(T, B)`` from the
         values ``(T+1, B)`` and the log-probabilities of the actions taken under the policy
@@ -109,7 +110,8 @@ class A3C(Algorithm):
         against the recorded behaviour policy mu (on-policy, pi = mu, V-trace's are the first
         two). Advantages scaled to mean 0, std 1 with --normalize-advantage. ``envs``: of
         those columns of the rollout only (``values`` and ``logp`` are theirs);
-        ``rho_weighted``: V-trace's advantages with their rho (:func:`asyncrl.targets.vtrace`)."""
+        ``rho_weighted``: V-trace's advantages with their rho (:func:`asyncrl.targets.vtrace`);
+        ``normalize`` False: not scaled here (a caller that scales each minibatch's)."""
         cfg = self.cfg
         v, next_v = values[:-1], values[1:]  # after an episode end: V(final observation)
         cols = slice(None) if envs is None else envs
@@ -134,7 +136,7 @@ class A3C(Algorithm):
         else:
             adv = gae_advantages(r, v, next_v, term, ends, cfg.gamma, cfg.gae_lambda)
             returns = adv + v
-        if cfg.normalize_advantage:
+        if cfg.normalize_advantage and normalize:
             adv = normalized(adv, valid)
         return returns, adv, stats
 

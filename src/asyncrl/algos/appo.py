@@ -17,9 +17,10 @@ the behaviour log-probabilities the rollout recorded at acting time:
 The targets ``R_t`` and advantages ``A_t`` are computed once per rollout, before its first
 minibatch (A3C's :meth:`~asyncrl.algos.a3c.A3C.targets`: n-step or GAE(lambda)), from the values
 the critic gave as the policy acted, recorded with the rollout: PPO's way (Schulman et al.;
-SB3's, CleanRL's, Sample Factory's). With --vtrace they are V-trace's, whose importance
-weights pi/mu need pi at the learner's parameters: one pass over the rollout at the first
-minibatch's gives them and the values, as IMPALA's learner does. A minibatch is a
+SB3's, CleanRL's, Sample Factory's). With --vtrace they are V-trace's, computed for each
+minibatch from its own values and importance weights pi/mu at the parameters pulled for it
+(Sample Factory's learner: :meth:`APPO.vtrace_minibatch`), its minibatches groups of whole
+rollouts. Otherwise a minibatch is a
 random set of transitions, or with a recurrent core a random set of sequences that the core
 replays from a recorded state: whole rollouts from their start, or with --seq-len L pieces of
 L steps, each from the state the core had there as the policy acted (Sample Factory's and
@@ -43,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from asyncrl.algos.a3c import A3C
+from asyncrl.algos.a3c import A3C, normalized
 from asyncrl.algos.settings import APPOSettings
 from asyncrl.rollout import Rollout
 
@@ -140,7 +141,8 @@ class APPO(A3C):
         stats: dict[str, float] = {}
         returns = adv = values_np[:T]
         if not self.cfg.vtrace:  # pi = mu: the behaviour policy's log-probabilities
-            returns, adv, stats = self.targets(rollout, values_np, None)
+            per_rollout = self.cfg.normalize_over == "rollout"
+            returns, adv, stats = self.targets(rollout, values_np, None, normalize=per_rollout)
             stats |= explained_variance(returns, values_np[:T], rollout.valid)
         # a recurrent core replays sequences from the rollout as stored (unroll_minibatch)
         sequential = model.core.sequential or self.cfg.vtrace
@@ -186,7 +188,10 @@ class APPO(A3C):
             params, v = self.unroll_minibatch(model, rollout, times, envs, learn_obs)
             dist = model.distribution(params)
             logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
-            a, ret = torch.from_numpy(adv[times, envs]), torch.from_numpy(returns[times, envs])
+            mb_adv = adv[times, envs]
+            if cfg.normalize_advantage and cfg.normalize_over == "minibatch":
+                mb_adv = normalized(mb_adv, rollout.valid[times, envs])
+            a, ret = torch.from_numpy(mb_adv), torch.from_numpy(returns[times, envs])
         mask = torch.from_numpy(rollout.valid[times, envs]).float()
         # a fixed count, as every loss here (docs/algorithms.md#every-transition-weighs-the-same):
         # the transitions drawn, or a recurrent core's sequences' slots, masked reset steps

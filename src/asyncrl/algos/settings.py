@@ -121,6 +121,10 @@ class APPOSettings(PolicyGradientSettings):
     """APPO: PPO's clip range epsilon of the probability ratio"""
     value_clip: float = 0.0
     """APPO: clip the value's move from the rollout's values to this (0: no clipping)"""
+    normalize_over: Literal["rollout", "minibatch"] = "rollout"
+    """APPO --normalize-advantage: over each rollout, or each minibatch (SB3's, CleanRL's)
+
+    With --vtrace each minibatch's own advantages are scaled: they are computed there."""
     vtrace_pg: Literal["rho", "ratio"] = "rho"
     """APPO --vtrace: the clipped ratio times the rho-weighted advantage (rho) or the plain one
 

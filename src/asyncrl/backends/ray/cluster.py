@@ -114,7 +114,7 @@ def stop_ray() -> None:
         return
     # Ray ends its processes one at a time, giving each a second to exit on SIGTERM, and the
     # GCS before the autoscaler's monitor, which then spends its whole second failing to reach
-    # the GCS: 1.0 of the 1.4 s ray.shutdown takes here. The monitor holds nothing of a run's;
+    # the GCS: most of what ray.shutdown takes (docs/ray.md). The monitor holds nothing of a run's;
     # it goes first, at once. (A private hook of Ray's: if it moves, the shutdown is as before.
     # A joined cluster's node object holds no processes of ours: nothing is killed there.)
     node: Any = getattr(ray._private.worker, "_global_node", None)
