@@ -18,8 +18,10 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from asyncrl.algos.settings import SECTIONS, AlgoSettings
 from asyncrl.config import GROUPS, Config, field_default, field_hints, section_of
 from asyncrl.errors import UserError
+from asyncrl.settings import RolloutSettings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -123,11 +125,17 @@ def _describe(hint: Any) -> str:
 
 def config_toml(cfg: Config, header: str = "") -> str:
     """``cfg`` as a TOML file in sections, every option whose value is not None (None is each
-    such option's default: left out, it stays that): what ``--config`` reads back."""
+    such option's default: left out, it stays that), but the sections the run does not read
+    (another algorithm's, Ray's off Ray: at their defaults, which validation sees to): what
+    ``--config`` reads back."""
     values = cfg.to_dict()
     sections = section_of()
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
-    for group in GROUPS:
+    read = SECTIONS[cfg.algo].__mro__
+    for group, cls in GROUPS.items():
+        algorithms = cls in AlgoSettings.__mro__ and cls is not RolloutSettings
+        if (algorithms and cls not in read) or (group == "ray" and cfg.backend != "ray"):
+            continue
         names = [
             n
             for n in sections
