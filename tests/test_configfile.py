@@ -161,3 +161,19 @@ def test_a_section_hands_its_room_a_copy_of_its_fields_only():
     appo = cfg.algo_settings()
     assert type(appo) is APPOSettings and (appo.epochs, appo.t_max) == (3, cfg.t_max)
     assert {f.name for f in dataclasses.fields(appo)} < set(Config.__dataclass_fields__)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (dict(algo="appo", vtrace_pg="rho"), "--vtrace-pg: chooses V-trace's policy term"),
+        (dict(algo="appo", normalize_over="minibatch"), "--normalize-over: says where"),
+        (dict(algo="a3c", vtrace=True, vtrace_pg="rho"), "--vtrace-pg: a3c does not read it"),
+    ],
+)
+def test_the_new_appo_options_apply_where_the_table_says(options, says):
+    with pytest.raises(UserError, match=re.escape(says)):
+        Config(**options).validate()
+    # with what they need they are taken
+    Config(algo="appo", vtrace=True, vtrace_pg="rho").validate()
+    Config(algo="appo", normalize_advantage=True, normalize_over="minibatch").validate()

@@ -125,11 +125,11 @@ class APPOSettings(PolicyGradientSettings):
     """APPO --normalize-advantage: over each rollout, or each minibatch (SB3's, CleanRL's)
 
     With --vtrace each minibatch's own advantages are scaled: they are computed there."""
-    vtrace_pg: Literal["rho", "ratio"] = "rho"
-    """APPO --vtrace: the clipped ratio times the rho-weighted advantage (rho) or the plain one
+    vtrace_pg: Literal["rho", "ratio"] = "ratio"
+    """APPO --vtrace: the clipped ratio on the advantage without rho (ratio) or rho-weighted (rho)
 
-    rho is Sample Factory's; ratio applies the importance weight once, through the clipped
-    ratio (docs/algorithms.md#appo-with-v-trace)."""
+    ratio applies the importance weight once, through the clipped ratio; rho is Sample
+    Factory's, which weighs it twice (docs/algorithms.md#appo-with-v-trace)."""
 
     def check(self, ctx: CheckContext) -> None:
         need(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
