@@ -163,6 +163,8 @@ class Policy:
         if self.last_action is not None:
             if last is None:  # the rows' first actions: the others' stay unknown (zeros)
                 last = np.zeros((len(obs), *self.last_action.shape[1:]), self.last_action.dtype)
+            else:  # a copy: ``last`` is the array an earlier call returned to its caller
+                last = last.copy()
             last[rows] = self.last_action
             self.last_action = last
         return actions
