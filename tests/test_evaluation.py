@@ -558,6 +558,18 @@ def test_a_failing_evaluation_is_one_line_and_the_run_goes_on(run_dir, monkeypat
     assert rows(run_dir) == [] and not (run_dir / "best_model.pt").exists()
 
 
+class FakeRun:
+    """A run for the supervisor's tests: one worker at the step a test sets; no state."""
+
+    workers, step = 1, 0
+
+    def global_step(self):
+        return self.step
+
+    def checkpoint_state(self, _):
+        return None
+
+
 @pytest.mark.parametrize("core", ["none", "lstm"])
 def test_a_wave_steps_only_the_envs_still_in_their_episode(core):
     """Separate envs (Atari's evaluation envs are): an ended episode's env is not stepped on
@@ -611,15 +623,6 @@ def test_the_default_schedule_keeps_the_screens_within_their_share_of_the_run(tm
     count, and a given --eval-every is paced on the steps alone. The count is in the
     checkpoint, so a resumed run goes on with it."""
     from asyncrl.supervisor import EVAL_SHARE, Supervisor
-
-    class FakeRun:
-        workers, step = 1, 0
-
-        def global_step(self):
-            return self.step
-
-        def checkpoint_state(self, _):
-            return None
 
     class FakeEvaluator:
         busy = False
@@ -720,15 +723,6 @@ def test_the_supervisor_asks_each_later_try_of_the_stop_rule_for_a_larger_margin
     try (margin 2) would stop the run, the second (margin 2.53) does not; a resumed run goes
     on counting its tries."""
     from asyncrl.supervisor import Supervisor
-
-    class FakeRun:
-        workers, step = 1, 0
-
-        def global_step(self):
-            return self.step
-
-        def checkpoint_state(self, _):
-            return None
 
     returns = tuple(np.tile([-1.0, 1.0], 50))  # mean 0, standard error ~0.1005
     shift = 20.0 + 2.2 * evaluation.Evaluation(0, 0, 0.0, returns, 0.0).stderr
