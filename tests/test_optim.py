@@ -193,16 +193,19 @@ def test_a_threads_run_anneals_its_updates_over_its_time_limit(monkeypatch, tmp_
         return lr
 
     monkeypatch.setattr(GlobalState, "apply_update", recording)
-    limit, lr = 4.0, 1e-3
+    # (6 s: under CI's load, with the Ray tests beside it, the worker's last update of a 4 s
+    # run once came at 2.9 s)
+    limit, lr = 6.0, 1e-3
     asyncrl.train(
         env="CartPole-v1", backend="threads", workers=1, steps=10**9, lr=lr,
         time_limit=f"{limit}s", lr_anneal_over="time", progress=False, tensorboard=False,
         run_dir=str(tmp_path / "run"),
+        target_return=1e9,  # the time limit ends it: a run that solved early left it short
     )  # fmt: skip
     clock = [e for e, _ in seen]
-    assert clock == sorted(clock) and clock[0] < limit / 2 and clock[-1] > limit - 1.0
+    assert clock == sorted(clock) and clock[0] < limit / 2 and clock[-1] > limit - 1.5
     assert all(r == pytest.approx(linear_lr(lr, e, limit)) for e, r in seen)
-    assert seen[-1][1] < lr / limit
+    assert seen[-1][1] < lr / 4
 
 
 def test_clip_grad_norm():
