@@ -71,6 +71,9 @@ class APPO(A3C):
         self.acted_states: list[torch.Tensor] = []
         self.seq_states: torch.Tensor | None = None
         self.record_states = 0 < self.cfg.seq_len < self.cfg.t_max  # (--vtrace refuses it)
+        # the values as the policy acted: PPO's targets, or with --vtrace (whose targets are
+        # each minibatch's own) --value-clip's baseline alone: no critic pass a step for nothing
+        self.record_values = not self.cfg.vtrace or self.cfg.value_clip > 0
 
     def begin_rollout(self, model: Any, global_step: int) -> None:
         super().begin_rollout(model, global_step)
@@ -78,7 +81,9 @@ class APPO(A3C):
 
     def act(self, model, obs, global_step, rng, first, context=None):
         # the critic too: the targets take the values of the policy that acted (PPO's), which
-        # spares the learner a pass over the rollout; with --vtrace --value-clip's baseline
+        # spares the learner a pass over the rollout
+        if not self.record_values:
+            return super().act(model, obs, global_step, rng, first, context)
         state = self.carried_state(model, obs)
         if self.record_states:  # a reference: a recurrent core makes a new state each step
             self.acted_states.append(state)
@@ -89,6 +94,8 @@ class APPO(A3C):
     def end_rollout(self, model, rollout, global_step, rng):
         if self.acted_states:
             self.seq_states = torch.stack(self.acted_states)
+        if not self.record_values:
+            return
         # V(obs[T]) for the bootstrap, from the core's state after the last step (left as it
         # is: the next rollout's first step acts on the same observation with it)
         last, first = torch.from_numpy(rollout.obs[-1]), torch.from_numpy(rollout.first[-1])
