@@ -172,11 +172,6 @@ class Config(
             "time needs the time budget to fall over: add --time-limit (e.g. 60m)",
         )
         need(
-            not self.vtrace or self.algo in ("a3c", "appo"),
-            "vtrace",
-            f"V-trace corrects a policy gradient; {self.algo} has none: use a3c or appo",
-        )
-        need(
             self.core == "none" or self.algo != "onestep-sarsa",
             "core",
             f"one-step Sarsa has no {self.core.upper()} core (its next action is drawn a step "
