@@ -205,3 +205,35 @@ class GuessEnv(gym.Env):
 
 
 gym.register("asyncrl-test/Guess-v0", entry_point=GuessEnv, max_episode_steps=20)
+
+
+class FramesEnv(gym.Env):
+    """Image observations of a given shape and dtype, random each step (Atari's uint8 frame
+    stacks (4, 84, 84), MinAtar's bool (10, 10, C)): a network over images to train for a few
+    steps and export. Reward 1 for action 0; episodes of 10 steps."""
+
+    def __init__(self, shape=(4, 84, 84), dtype="uint8"):
+        self.observation_space = gym.spaces.Box(0, 255 if dtype == "uint8" else 1, shape, dtype)
+        self.action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._frame(), {}
+
+    def step(self, action):
+        return self._frame(), float(action == 0), False, False, {}
+
+    def _frame(self):
+        space = self.observation_space
+        if space.dtype == np.uint8:
+            return self.np_random.integers(0, 256, space.shape, dtype=np.uint8)
+        return self.np_random.random(space.shape) < 0.5
+
+
+gym.register("asyncrl-test/Frames-v0", entry_point=FramesEnv, max_episode_steps=10)
+gym.register(
+    "asyncrl-test/BoolFrames-v0",
+    entry_point=FramesEnv,
+    max_episode_steps=10,
+    kwargs={"shape": (10, 10, 4), "dtype": "bool"},
+)

@@ -1,4 +1,5 @@
-"""``asyncrl train | eval | plot``. The train options are generated from :class:`Config`."""
+"""``asyncrl train | eval | export | plot | presets``. The train options are generated from
+:class:`Config`."""
 
 from __future__ import annotations
 
@@ -154,6 +155,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _debug(e)
 
+    x = sub.add_parser(
+        "export",
+        help="a saved policy as a standalone ONNX or TorchScript module (docs/export.md)",
+        description="Write the greedy policy of RUN_DIR as one module: observations (and the "
+        "core's state) in, the action and the logits, Q values or Gaussian mean out. The ONNX "
+        "file runs with onnxruntime and NumPy alone (docs/export.md).",
+    )
+    x.add_argument("run_dir", metavar="RUN_DIR")
+    x.add_argument(
+        "--format",
+        choices=["onnx", "torchscript"],
+        default="onnx",
+        help="onnx (pip install 'asyncrl[export]'), or torchscript (torch.jit.load) "
+        "(default: onnx)",
+    )
+    x.add_argument(
+        "--which",
+        choices=["best", "last"],
+        default=None,
+        help="best_model.pt or model.pt; default: the best where the run has one",
+    )
+    x.add_argument("--out", metavar="FILE", required=True, help="the file to write")
+    x.add_argument("--force", action="store_true", help="replace --out where it exists")
+    _debug(x)
+
     pl = sub.add_parser("plot", help="PNG learning curve of a run, or of several side by side")
     pl.add_argument("run_dir", metavar="RUN_DIR", nargs="+")
     pl.add_argument(
@@ -292,6 +318,17 @@ def _eval(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _export(ns: argparse.Namespace) -> int:
+    from asyncrl.export import export_policy
+
+    done = export_policy(ns.run_dir, ns.out, ns.format, ns.which, ns.force)
+    print(f"model: {done.model}")
+    print(f"{done.format}: {done.path}")
+    for what, ports in (("inputs", done.inputs), ("outputs", done.outputs)):
+        print(f"  {what}: " + ", ".join(p.describe() for p in ports))
+    return 0
+
+
 def _plot(ns: argparse.Namespace) -> int:
     from asyncrl.plot import metrics_path, plot_run, plot_runs
 
@@ -330,7 +367,13 @@ def _presets(ns: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
-    handler = {"train": _train, "eval": _eval, "plot": _plot, "presets": _presets}[ns.command]
+    handler = {
+        "train": _train,
+        "eval": _eval,
+        "export": _export,
+        "plot": _plot,
+        "presets": _presets,
+    }[ns.command]
     try:
         return handler(ns)
     except UserError as e:

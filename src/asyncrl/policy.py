@@ -262,8 +262,9 @@ def load(run_dir: str | Path, which: Which | None = None) -> Policy:
             spec = dataclasses.replace(spec, precision="float32")
         model = build_model(spec)
         model.load_state_dict(blob["state_dict"])
-    except Exception as e:
-        raise UserError(f"{path} cannot be read ({type(e).__name__}: {e})") from None
+    except Exception as e:  # one line: torch.load's messages run to several
+        first = next(iter(str(e).splitlines()), "")
+        raise UserError(f"{path} cannot be read ({type(e).__name__}: {first})") from None
     from asyncrl.envs import parse_env_kwargs
 
     cfg = run.read_config()

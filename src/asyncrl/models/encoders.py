@@ -238,7 +238,10 @@ class ConvEncoder(nn.Module):
         return F.relu(F.linear(x.flatten(1), fixed.fc_weight, fixed.fc_bias)).float()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.movedim(-1, -3) if self.channels_last else obs
+        # positive axes: the ONNX exporter writes movedim's negative ones into a Transpose's
+        # perm as they are, which ONNX refuses (asyncrl export of a MinAtar policy)
+        n = obs.dim()
+        x = obs.movedim(n - 1, n - 3) if self.channels_last else obs
         x = x.reshape(-1, *x.shape[-3:])
         # images in learning_layout's space-to-depth form (their shape tells them apart: the
         # env's own are (C, H, W)); the first layer reads them as a 2x2 conv of stride 1

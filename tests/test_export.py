@@ -1,0 +1,447 @@
+"""``asyncrl export``: the exported module acts as ``Policy.act`` does, the ONNX file in a
+process that cannot import PyTorch; bad input is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import asyncrl
+import tests.envs_for_tests  # noqa: F401  (registers the envs)
+from asyncrl.cli import main
+from asyncrl.errors import UserError
+from asyncrl.export import MASKED_SCORE, export_policy
+from asyncrl.models import build_model
+from asyncrl.onnx_policy import OnnxPolicy
+
+# PyTorch 2.13 marks torch.jit deprecated; the TorchScript exports load with it all the same
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = ROOT / "src" / "asyncrl" / "onnx_policy.py"
+
+QUICK = dict(
+    backend="threads",
+    workers=1,
+    envs_per_worker=4,
+    progress=False,
+    tensorboard=False,
+    eval_episodes=2,
+    confirm_episodes=0,
+)
+#: the runs exported: each trains for a few rollouts (the policies are barely trained, but
+#: every part of the network is there, and the A3C CartPole run a few thousand steps)
+RUNS: dict[str, dict] = {
+    "cartpole": dict(env="CartPole-v1", steps=3_000, normalize_obs=True),
+    "frames": dict(env="asyncrl-test/Frames-v0", steps=200, envs_per_worker=2, t_max=5),
+    "minatar": dict(env="asyncrl-test/BoolFrames-v0", steps=200, t_max=5),
+    "pendulum": dict(env="Pendulum-v1", steps=1_000),
+    "pendulum-squash": dict(env="Pendulum-v1", steps=1_000, squash=True),
+    "lstm": dict(env="CartPole-v1", steps=1_000, core="lstm"),
+    "gru": dict(env="CartPole-v1", steps=1_000, core="gru", normalize_obs=True),
+    "nstep-q": dict(env="CartPole-v1", steps=1_000, algo="nstep-q"),
+    "prev-discrete": dict(
+        env="asyncrl-test/Guess-v0", steps=1_000, core="lstm", prev_action_reward=True
+    ),
+    "prev-box": dict(
+        env="Pendulum-v1", steps=1_000, core="gru", prev_action_reward=True, reward_scale=0.1
+    ),
+}
+RECURRENT = {"lstm", "gru", "prev-discrete", "prev-box"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Each run of :data:`RUNS`, trained on first use."""
+    base = tmp_path_factory.mktemp("runs")
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            path = base / name
+            asyncrl.train(run_dir=str(path), seed=0, **{**QUICK, **RUNS[name]})
+            made[name] = path
+        return made[name]
+
+    return get
+
+
+def episodes_of(name: str, policy: asyncrl.Policy) -> dict[str, np.ndarray]:
+    """1,000 observations to act on: one batch of 1,000 for a feed-forward net; for a
+    recurrent core 125 steps of 8 envs, with episode starts and rewards along the way."""
+    rng = np.random.default_rng(1)
+    shape, dtype = policy.spec.obs_shape, np.dtype(policy.spec.obs_dtype)
+    steps, envs = (125, 8) if name in RECURRENT else (1, 1000)
+    size = (steps, envs, *shape)
+    if dtype == np.uint8:
+        obs = rng.integers(0, 256, size, dtype=np.uint8)
+    elif dtype == np.bool_:
+        obs = rng.random(size) < 0.5
+    else:
+        obs = rng.normal(0.0, 1.5, size).astype(dtype)
+    first = rng.random((steps, envs)) < 0.05
+    reward = rng.normal(0.0, 3.0, (steps, envs)).astype(np.float32)
+    return {"obs": obs, "first": first, "reward": reward}
+
+
+def reference_actions(policy: asyncrl.Policy, data: dict[str, np.ndarray]) -> np.ndarray:
+    policy.reset()
+    return np.stack(
+        [
+            policy.act(obs, first=first, reward=reward)
+            for obs, first, reward in zip(data["obs"], data["first"], data["reward"], strict=True)
+        ]
+    )
+
+
+#: run in a process that cannot import PyTorch: the runner file on its own (not through the
+#: asyncrl package), onnxruntime and NumPy
+NO_TORCH = textwrap.dedent(
+    """
+    import importlib.util, sys
+
+    class NoTorch:
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ImportError("PyTorch is blocked in this process")
+
+    sys.meta_path.insert(0, NoTorch())
+    import numpy as np
+    import onnxruntime
+
+    spec = importlib.util.spec_from_file_location("onnx_policy", sys.argv[1])
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    policy = runner.OnnxPolicy(sys.argv[2])
+    data = np.load(sys.argv[3])
+    actions = [
+        policy.act(obs, first=first, reward=reward)
+        for obs, first, reward in zip(data["obs"], data["first"], data["reward"])
+    ]
+    np.save(sys.argv[4], np.stack(actions))
+    assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch loaded"
+    """
+)
+
+
+def run_without_torch(model: Path, data: dict[str, np.ndarray], tmp_path: Path) -> np.ndarray:
+    np.savez(tmp_path / "data.npz", **data)
+    out = tmp_path / "actions.npy"
+    args = [str(RUNNER), str(model), str(tmp_path / "data.npz"), str(out)]
+    r = subprocess.run(
+        [sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    return np.load(out)
+
+
+def assert_same_actions(got: np.ndarray, want: np.ndarray, discrete: bool) -> None:
+    assert got.shape == want.shape
+    if discrete:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_the_onnx_policy_acts_as_the_loaded_policy_without_pytorch(name, runs, tmp_path):
+    run = runs(name)
+    out = tmp_path / "policy.onnx"
+    done = export_policy(run, out)
+    assert done.path == out and out.is_file()
+    policy = asyncrl.load(run)
+    data = episodes_of(name, policy)
+    want = reference_actions(policy, data)
+    got = run_without_torch(out, data, tmp_path)
+    assert_same_actions(got, want, policy.spec.action.kind == "discrete")
+    if name == "pendulum-squash":  # the squashed action is inside the bounds, and moves
+        assert np.abs(got).max() <= 2.0 and got.std() > 0
+
+
+class TorchScriptPolicy(OnnxPolicy):
+    """:class:`OnnxPolicy`'s acting on a TorchScript export: the same inputs, positionally."""
+
+    def __init__(self, path: Path):
+        extra = {"asyncrl": ""}
+        self.module = torch.jit.load(str(path), _extra_files=extra)
+        self.interface = json.loads(extra["asyncrl"])
+        self.inputs = {p["name"]: p for p in self.interface["inputs"]}
+        self.outputs = [p["name"] for p in self.interface["outputs"]]
+        self.discrete = self.interface["action_space"]["kind"] == "discrete"
+        self.reset()
+
+    def run(self, **feeds):
+        args = [
+            torch.from_numpy(np.asarray(feeds[k], self.inputs[k]["dtype"])) for k in self.inputs
+        ]
+        with torch.no_grad():
+            return {k: v.numpy() for k, v in zip(self.outputs, self.module(*args), strict=True)}
+
+
+@pytest.mark.parametrize("name", ["cartpole", "frames", "pendulum-squash", "lstm", "prev-box"])
+def test_the_torchscript_policy_acts_as_the_loaded_policy(name, runs, tmp_path):
+    run = runs(name)
+    out = tmp_path / "policy.pt"
+    export_policy(run, out, "torchscript")
+    policy = asyncrl.load(run)
+    data = episodes_of(name, policy)
+    want = reference_actions(policy, data)
+    ts = TorchScriptPolicy(out)
+    got = np.stack(
+        [
+            ts.act(o, first=f, reward=r)
+            for o, f, r in zip(data["obs"], data["first"], data["reward"], strict=True)
+        ]
+    )
+    assert_same_actions(got, want, policy.spec.action.kind == "discrete")
+
+
+def test_the_interface_is_named_as_documented(runs, tmp_path):
+    """Inputs and outputs by name, batch axis first and free, in the dtypes the docs give."""
+    cases = {
+        "cartpole": (["obs"], ["action", "logits"]),
+        "frames": (["obs"], ["action", "logits"]),
+        "nstep-q": (["obs"], ["action", "q_values"]),
+        "pendulum": (["obs"], ["action", "mean"]),
+        "lstm": (["obs", "state"], ["action", "logits", "state_out"]),
+        "prev-box": (
+            ["obs", "state", "prev_action", "prev_reward"],
+            ["action", "mean", "state_out"],
+        ),
+    }
+    for name, (ins, outs) in cases.items():
+        out = tmp_path / f"{name}.onnx"
+        export_policy(runs(name), out)
+        session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        assert [i.name for i in session.get_inputs()] == ins
+        assert [o.name for o in session.get_outputs()] == outs
+        assert all(i.shape[0] == "batch" for i in session.get_inputs())
+        types = {i.name: i.type for i in session.get_inputs()}
+        assert types["obs"] == {"frames": "tensor(uint8)"}.get(name, "tensor(float)")
+    lstm = ort.InferenceSession(str(tmp_path / "lstm.onnx"), providers=["CPUExecutionProvider"])
+    size = asyncrl.load(runs("lstm")).spec.core_size
+    assert lstm.get_inputs()[1].shape == ["batch", 2 * size]  # h then c
+
+
+def test_the_lstm_state_is_h_then_c(runs, tmp_path):
+    """``state`` is the LSTM's (h, c) concatenated, h first: h is what the heads read."""
+    run = runs("lstm")
+    out = tmp_path / "lstm.onnx"
+    export_policy(run, out)
+    policy = asyncrl.load(run)
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    state = torch.from_numpy(np.random.default_rng(1).normal(size=(5, 2, policy.spec.core_size)))
+    state = state.float()
+    with torch.no_grad():
+        logits, new = policy.model.act(torch.from_numpy(obs), state, torch.zeros(5, dtype=bool))
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    flat = state.numpy().reshape(5, -1)  # [h | c]
+    _, got, state_out = session.run(None, {"obs": obs, "state": flat})
+    np.testing.assert_allclose(got, logits.numpy(), atol=1e-5)
+    np.testing.assert_allclose(state_out, new.numpy().reshape(5, -1), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["frames", "nstep-q"])
+def test_a_masked_action_is_never_taken(name, runs, tmp_path):
+    """``action_mask`` (the mask added by hand here: no env of these runs gives one): the
+    greedy action is the best valid one, and the masked scores are MASKED_SCORE."""
+    run = runs(name)
+    plain, masked = tmp_path / "plain.onnx", tmp_path / "masked.onnx"
+    export_policy(run, plain)
+    export_policy(run, masked, action_mask=True)
+    policy = asyncrl.load(run)
+    data = episodes_of("frames" if name == "frames" else "cartpole", policy)
+    obs = data["obs"][0]
+    n = policy.spec.action.n
+    rng = np.random.default_rng(2)
+    mask = rng.random((len(obs), n)) < 0.5
+    mask[np.arange(len(obs)), rng.integers(0, n, len(obs))] = True
+    opts = {"providers": ["CPUExecutionProvider"]}
+    _, scores = ort.InferenceSession(str(plain), **opts).run(None, {"obs": obs})
+    session = ort.InferenceSession(str(masked), **opts)
+    assert [i.name for i in session.get_inputs()] == ["obs", "action_mask"]
+    assert session.get_inputs()[1].type == "tensor(bool)"
+    action, got = session.run(None, {"obs": obs, "action_mask": mask})
+    assert mask[np.arange(len(obs)), action].all()
+    np.testing.assert_array_equal(action, np.where(mask, scores, -np.inf).argmax(-1))
+    np.testing.assert_array_equal(got[~mask], MASKED_SCORE)
+    np.testing.assert_array_equal(got[mask], scores[mask])
+    # the mask changes actions: the unmasked greedy action is masked in some rows
+    assert (~mask[np.arange(len(obs)), scores.argmax(-1)]).any()
+    # the runner refuses a row with no valid action (an env fault), and a missing mask
+    runner = OnnxPolicy(masked)
+    mask[3] = False
+    with pytest.raises(ValueError, match="no valid action"):
+        runner.act(obs, action_mask=mask)
+    with pytest.raises(ValueError, match="pass action_mask="):
+        runner.act(obs)
+
+
+def test_a_mask_for_box_actions_is_refused(runs, tmp_path):
+    out = tmp_path / "p.onnx"
+    with pytest.raises(UserError, match="an action mask is for Discrete actions"):
+        export_policy(runs("pendulum"), out, action_mask=True)
+    assert not out.exists()
+
+
+def test_a_bfloat16_run_is_exported_in_float32(runs, tmp_path):
+    """A conv net trained in bfloat16 exports float32 maths: no bfloat16 tensor in the graph,
+    and the greedy actions of the float32 network."""
+    run = tmp_path / "bf16"
+    asyncrl.train(run_dir=str(run), seed=0, precision="bfloat16", **{**QUICK, **RUNS["frames"]})
+    out = tmp_path / "bf16.onnx"
+    export_policy(run, out)
+    graph = onnx.load(str(out)).graph
+    bf16 = onnx.TensorProto.BFLOAT16
+    assert all(t.data_type != bf16 for t in graph.initializer)
+    casts = [a.i for node in graph.node if node.op_type == "Cast" for a in node.attribute]
+    assert bf16 not in casts
+    policy = asyncrl.load(run)
+    spec = dataclasses.replace(policy.spec, precision="float32")
+    policy.model = build_model(spec).eval()
+    assert policy.source is not None
+    policy.model.load_state_dict(torch.load(policy.source)["state_dict"])
+    data = episodes_of("frames", policy)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"obs": data["obs"][0]})[0]
+    np.testing.assert_array_equal(got, reference_actions(policy, data)[0])
+
+
+def test_the_documented_numpy_example_runs_without_pytorch(runs, tmp_path):
+    """docs/export.md's example, as written, beside an exported CartPole policy."""
+    text = (ROOT / "docs" / "export.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    example = next(b for b in blocks if "import onnxruntime" in b)
+    export_policy(runs("cartpole"), tmp_path / "policy.onnx")
+    blocker = NO_TORCH.split("import numpy")[0]
+    r = subprocess.run(
+        [sys.executable, "-c", blocker + example],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "return" in r.stdout
+
+
+# ---------------------------------------------------------------- the command line
+def test_export_writes_the_file_and_names_its_interface(runs, tmp_path, capsys):
+    out = tmp_path / "cartpole.onnx"
+    assert main(["export", str(runs("cartpole")), "--out", str(out), "--which", "last"]) == 0
+    text = capsys.readouterr().out
+    assert "model.pt (the final parameters)" in text
+    assert "inputs: obs float32[batch,4]" in text
+    assert "outputs: action int64[batch], logits float32[batch,2]" in text
+    meta = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).get_modelmeta()
+    info = json.loads(meta.custom_metadata_map["asyncrl"])
+    assert info["env"] == "CartPole-v1" and info["model"].startswith("model.pt")
+    assert info["action_space"]["kind"] == "discrete"
+
+
+def test_force_replaces_an_existing_file(runs, tmp_path):
+    out = tmp_path / "p.pt"
+    out.write_bytes(b"precious")
+    run = str(runs("cartpole"))
+    assert main(["export", run, "--format", "torchscript", "--out", str(out)]) == 2
+    assert out.read_bytes() == b"precious"
+    assert main(["export", run, "--format", "torchscript", "--out", str(out), "--force"]) == 0
+    assert torch.jit.load(str(out)) is not None
+    assert [p.name for p in tmp_path.iterdir()] == ["p.pt"]  # no temporary file left
+
+
+def _broken(kind: str, runs, tmp_path: Path) -> str:
+    """A run directory with a fault of ``kind``."""
+    if kind == "missing":
+        return str(tmp_path / "nowhere")
+    run = tmp_path / "run"
+    shutil.copytree(runs("cartpole"), run)
+    if kind == "no-model":
+        (run / "model.pt").unlink()
+        (run / "best_model.pt").unlink()
+    elif kind == "no-best":
+        (run / "best_model.pt").unlink()
+    elif kind == "damaged":
+        (run / "best_model.pt").write_bytes(b"not a model")
+    return str(run)
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "needle"),
+    [
+        ("missing", [], "run directory"),
+        ("no-model", [], "has no model.pt yet"),
+        ("no-best", ["--which", "best"], "has no best_model.pt"),
+        ("damaged", [], "cannot be read"),
+        ("fine", ["--out", "{tmp}/no/such/folder/p.onnx"], "does not exist; create it first"),
+        ("fine", ["--out", "{tmp}"], "is a directory"),
+        ("fine", ["--out", "{tmp}/taken.onnx"], "already exists; choose another file"),
+        ("fine", ["--format", "tflite"], "invalid choice: 'tflite'"),
+    ],
+)
+def test_bad_export_input_is_one_line_exit_2_and_nothing_written(
+    kind, extra, needle, runs, tmp_path, capsys
+):
+    run = _broken(kind, runs, tmp_path)
+    (tmp_path / "taken.onnx").write_bytes(b"taken")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    out = ["--out", str(tmp_path / "p.onnx")]
+    argv = ["export", run, *out, *[a.format(tmp=tmp_path) for a in extra]]
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own refusals
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert (tmp_path / "taken.onnx").read_bytes() == b"taken"
+
+
+@pytest.mark.parametrize("missing", ["onnx", "onnxruntime"])
+def test_a_missing_onnx_package_names_the_extra(missing, runs, tmp_path, capsys, monkeypatch):
+    run = str(runs("cartpole"))
+    monkeypatch.setitem(sys.modules, missing, None)  # `import missing` raises ImportError
+    out = tmp_path / "p.onnx"
+    assert main(["export", run, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert 'pip install "asyncrl[export]"' in err and missing in err
+    assert len(err.splitlines()) == 1 and not out.exists()
+    # TorchScript needs neither
+    assert main(["export", run, "--format", "torchscript", "--out", str(tmp_path / "p.pt")]) == 0
+
+
+def test_the_runner_imports_neither_pytorch_nor_asyncrl():
+    """The runner is one file to copy beside the model: NumPy and onnxruntime alone."""
+    source = RUNNER.read_text()
+    imports = re.findall(r"^\s*(?:import|from) (\w+)", source, flags=re.M)
+    assert set(imports) <= {"__future__", "json", "pathlib", "typing", "numpy", "onnxruntime"}
+
+
+def test_a_torchscript_file_loads_with_torch_alone(runs, tmp_path):
+    """``torch.jit.load`` in a process that has not imported asyncrl."""
+    out = tmp_path / "p.pt"
+    export_policy(runs("gru"), out, "torchscript")
+    width = str(asyncrl.load(runs("gru")).spec.core_size)  # the GRU's h alone
+    code = (
+        "import sys, torch; m = torch.jit.load(sys.argv[1]); w = int(sys.argv[2]); "
+        "a, logits, s = m(torch.zeros(3, 4), torch.zeros(3, w)); "
+        "assert a.shape == (3,) and s.shape == (3, w), (a.shape, s.shape); "
+        "assert not [k for k in sys.modules if k.startswith('asyncrl')]"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(out), width], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
