@@ -161,8 +161,9 @@ def greedy_action(spec: ModelSpec, scores: torch.Tensor) -> torch.Tensor:
     """The greedy Discrete action ``(B,)`` (int64) of logits or Q values ``(B, n)``: the first
     of equal maxima, as ``torch.argmax`` and ONNX's ArgMax both take it.
 
-    EXTENSION (MultiDiscrete / MultiBinary): the argmax per part ``(B, parts)``; a Bernoulli's
-    mode per bit."""
+    EXTENSION (MultiDiscrete / MultiBinary, a Discrete ``start``): the argmax per part
+    ``(B, parts)``; a Bernoulli's mode per bit; the action shifted as ``ActionSpace.to_env``
+    shifts it."""
     return scores.argmax(-1)
 
 
@@ -179,7 +180,12 @@ def interface(spec: ModelSpec, mask: bool) -> tuple[list[Port], list[Port]]:
     if width:
         layout = "h then c, concatenated" if spec.core == "lstm" else "h"
         inputs.append(
-            Port("state", ("batch", width), "float32", f"the core's state ({layout}); zeros start")
+            Port(
+                "state",
+                ("batch", width),
+                "float32",
+                f"the core's state ({layout}); zeros start an episode",
+            )
         )
     if spec.prev_action_reward:
         if a.kind == "discrete":
@@ -201,7 +207,8 @@ def interface(spec: ModelSpec, mask: bool) -> tuple[list[Port], list[Port]]:
     if a.kind == "discrete":
         outputs = [Port("action", ("batch",), "int64", "the greedy action")]
         name = "q_values" if spec.kind == "q" else "logits"
-        outputs.append(Port(name, ("batch", a.n), "float32", f"masked ones at {MASKED_SCORE:g}"))
+        masked = f"; a masked action's {MASKED_SCORE:g}" if mask else ""
+        outputs.append(Port(name, ("batch", a.n), "float32", name.replace("_", " ") + masked))
     else:
         how = "squashed into the bounds by tanh" if a.squash else "clipped to the bounds"
         outputs = [
@@ -215,12 +222,12 @@ def interface(spec: ModelSpec, mask: bool) -> tuple[list[Port], list[Port]]:
 
 def _state_width(spec: ModelSpec) -> int:
     """Floats of one env's flattened core state (0: a core without state)."""
-    return int(np.prod(build_core_shape(spec)))
+    return int(np.prod(_core_state_shape(spec)))
 
 
-def build_core_shape(spec: ModelSpec) -> tuple[int, ...]:
+def _core_state_shape(spec: ModelSpec) -> tuple[int, ...]:
     """The core's state shape for one env, ``(rows, size)`` for a recurrent core, ``(0,)``
-    for the identity."""
+    for the identity: asked of a core of the spec's (the core owns its layout)."""
     from asyncrl.models import CORES
 
     core = CORES[spec.core](1, spec.core_size)
@@ -241,7 +248,7 @@ class ExportedPolicy(nn.Module):
         self.spec = spec
         self.mask = mask
         self.n_obs = len(obs_ports(spec))
-        self.state_shape = build_core_shape(spec)
+        self.state_shape = _core_state_shape(spec)
         self.recurrent = _state_width(spec) > 0
         a = spec.action
         if a.kind == "box":
