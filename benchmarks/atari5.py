@@ -165,6 +165,8 @@ class Result:
     runs: int = 0
     missing_games: list[str] = field(default_factory=list)
     missing_seeds: dict[str, list[int]] = field(default_factory=dict)
+    #: of the runs, those another suite ran (suite.py's reuse)
+    reused: int = 0
 
     @property
     def partial(self) -> bool:
@@ -231,7 +233,9 @@ def headline(res: Result, seeds: int) -> str:
         why.append(f"{g} lacks seed{'s' if len(missing) > 1 else ''} "
                    f"{', '.join(str(s) for s in missing)}")  # fmt: skip
     games = len(res.reg.games)
-    runs = f"{res.runs} runs" if res.partial else f"{res.runs} runs: {games} games x {seeds} seeds"
+    runs = f"{res.runs} runs" + (f", {res.reused} of them reused" if res.reused else "")
+    if not res.partial:
+        runs += f": {games} games x {seeds} seeds"
     mark = f" (PARTIAL: {'; '.join(why)})" if why else ""
     return (
         f"Atari-5 median estimate{mark}: {res.value:.1f}% (95% CI {res.low:.1f}-{res.high:.1f}% "

@@ -789,10 +789,15 @@ def estimate_of(
     games = {t.name: t for t in SUITES[suite] if t.game}
     human = {t.game: t.human for t in games.values() if t.human}
     scores: dict[str, dict[int, float]] = {}
+    reused = set()
     for r in rows:
         if r["task"] in games and r.get(key) is not None:
             scores.setdefault(games[r["task"]].game, {})[r["seed"]] = float(r[key])
-    return atari5.from_runs(PLANS[suite], human, scores, seeds)
+            if r.get("reused_from"):
+                reused.add((games[r["task"]].game, r["seed"]))
+    res = atari5.from_runs(PLANS[suite], human, scores, seeds)
+    res.reused = sum(1 for g, _ in reused if res.reg and g in res.reg.games)
+    return res
 
 
 def estimate_section(

@@ -223,7 +223,7 @@ def test_qberts_earlier_hours_are_reused_while_the_settings_are_unchanged(
     others = [r for r in runs(at([0.5, 1.0, 2.0])) if r["task"] != ru.task]
     monkeypatch.setattr(suite, "settings_digest", lambda task: ru.settings)
     line = report_only(tmp_path, monkeypatch, capsys, others + earlier)
-    assert LINE.fullmatch(line)["runs"] == "15 runs: 5 games x 3 seeds"
+    assert LINE.fullmatch(line)["runs"] == "15 runs, 3 of them reused: 5 games x 3 seeds"
     report = (tmp_path / "out" / "suite-atari-5.md").read_text()
     assert f"seeds 0, 1, 2 reused from suite {ru.suite} (batch {ru.batch})" in report
     assert f"reused from suite {ru.suite}" in report.split("Per seed")[1]  # each seed's row
