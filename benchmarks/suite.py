@@ -9,6 +9,8 @@ one run at a time; every finished run appended to the results store
     python benchmarks/suite.py pong30 --seeds 3 --tasks Pong-defaults --batch pong30-zen3
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
+    python benchmarks/suite.py atari-5             # Atari-5, seeds 0-2: the 57-game median estimate
+    python benchmarks/suite.py atari-5 --report-only   # its line "Atari-5 median estimate: X%"
     python benchmarks/suite.py --docs              # docs/benchmarks.md and docs/suite-*.md
 
 Per task and seed: a whole `asyncrl train` process (wall time from launch to exit), then the
@@ -36,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
+import hashlib
 import json
 import shlex
 import shutil
@@ -49,6 +53,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import atari5
 import numpy as np
 import store
 from common import cpu, crossings, machine_speed
@@ -86,11 +91,27 @@ class Task:
     #: scores whose first crossing by the mean of the last 100 training episodes the report
     #: gives per seed, in frames (steps where a step is one frame) and minutes
     milestones: tuple[float, ...] = ()
+    #: the Atari game of the suites' [game] tables the task plays ("": none)
+    game: str = ""
+    #: the target is the run's stop rule (``--target-return``); False: the report's bar alone
+    stop_rule: bool = True
+
+    @property
+    def limit(self) -> float | None:
+        """The seconds the run has: its ``--time-limit``, else the suite's timeout (None:
+        neither)."""
+        if "--time-limit" in self.args:
+            from asyncrl.settings import RunSettings
+
+            value = self.args[self.args.index("--time-limit") + 1]
+            return RunSettings(time_limit=value).time_limit_seconds()
+        return float(self.extras[1]) if self.extras and self.extras[0] == "timeout" else None
 
     @property
     def timed(self) -> bool:
-        """Trained under a time limit (``extras=("timeout", SECONDS)``)."""
-        return bool(self.extras and self.extras[0] == "timeout")
+        """Trained under a time limit (its own ``--time-limit``, or the suite's timeout
+        ``extras=("timeout", SECONDS)``, which wraps the command in ``timeout -s INT``)."""
+        return self.limit is not None
 
 
 def with_args(task: Task, *args: str) -> Task:
@@ -110,7 +131,7 @@ def _on_top(base: tuple[str, ...] | list[str], args: tuple[str, ...] | list[str]
 # ---------------------------------------------------------------------- the suites, as data
 _TASK_KEYS = {
     "name", "env", "target", "args", "eval_episodes", "baseline", "timeout", "human",
-    "milestones", "game", "setting", "base",
+    "milestones", "game", "setting", "base", "stop_rule",
 }  # fmt: skip
 
 
@@ -148,6 +169,8 @@ def _task(table: dict, data: dict, where: str) -> Task:
         extras=("timeout", str(int(t["timeout"]))) if "timeout" in t else (),
         human=tuple(float(x) for x in t["human"]) if "human" in t else None,
         milestones=tuple(float(x) for x in t.get("milestones", ())),
+        game=t.get("game", ""),
+        stop_rule=bool(t.get("stop_rule", True)),
     )
 
 
@@ -169,6 +192,11 @@ def load_suites(path: Path = SUITES_FILE) -> tuple[dict[str, list[Task]], dict[s
 
 
 SUITES, ABOUT = load_suites()
+_DATA = tomllib.loads(SUITES_FILE.read_text())
+#: the seeds a suite runs without --seeds (``seeds`` of its table; default 5)
+SEEDS = {name: int(s["seeds"]) for name, s in _DATA["suite"].items() if "seeds" in s}
+#: suite -> its 57-game median estimate (benchmarks/atari5.py): regressions, bars, reused runs
+PLANS = atari5.plans(_DATA)
 
 
 # ---------------------------------------------------------------------- statistics
@@ -305,12 +333,60 @@ def command(task: Task, seed: int, run_dir: Path) -> list[str]:
     limit: a SIGINT there is the run's end, not a failure)."""
     cmd = [sys.executable, "-m", "asyncrl.cli", "train", "--env", task.env]
     cmd += ["--seed", str(seed), "--run-dir", str(run_dir), "--no-progress"]
-    if "--target-return" not in task.args:  # the task's target is the run's stop rule
+    if task.stop_rule and "--target-return" not in task.args:  # the target: the stop rule
         cmd += ["--target-return", f"{task.target:g}"]
     cmd += task.args
-    if task.timed:
+    if task.extras and task.extras[0] == "timeout":
         cmd = ["timeout", "-s", "INT", task.extras[1], *cmd]
     return cmd
+
+
+def settings_digest(task: Task) -> str:
+    """A digest of the settings the task's command trains with (its train options through
+    the CLI's parser and the env's preset, as `asyncrl train` resolves them), the seed and
+    run directory aside: runs reused for a task stand for it while this is unchanged."""
+    from asyncrl.cli import build_parser, resolve
+
+    cmd = command(task, 0, Path("RUN_DIR"))
+    cfg, _ = resolve(build_parser().parse_args(cmd[cmd.index("train") :]))
+    kept = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("seed", "run_dir")}
+    text = json.dumps(kept, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def reused(suite: str, batch: str, rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """The runs of other suites that stand for this suite's tasks (its ``reuse`` tables) where
+    its batch has none of its own for that task, each marked ``reused_from``, while the
+    task's :func:`settings_digest` is the one recorded with the reuse; and a line for each,
+    used or not, for the report."""
+    plan = PLANS.get(suite)
+    tasks = {t.name: t for t in SUITES.get(suite, [])}
+    out, notes = [], []
+    for ru in plan.reuse if plan else ():
+        if store.select(rows, suite, batch, ru.task):
+            continue  # the batch's own runs of the task
+        theirs = store.select(rows, ru.suite, ru.batch, ru.task)
+        if not theirs:
+            continue
+        where = f"suite {ru.suite} (batch {ru.batch})"
+        try:
+            now = settings_digest(tasks[ru.task])
+        except Exception as e:  # no ale-py here, an env that no longer resolves
+            now = f"not computed: {type(e).__name__}: {e}"
+        if now != ru.settings:
+            notes.append(
+                f"{ru.task}: the runs of {where} are not reused: the settings of this suite's "
+                f"command have changed since they were checked (digest {ru.settings}, now {now})"
+            )
+            continue
+        runs = [{**r, "suite": suite, "reused_from": where} for r in theirs]
+        out += runs
+        seeds = ", ".join(str(r["seed"]) for r in runs)
+        notes.append(
+            f"{ru.task}: seeds {seeds} reused from {where}, run before this suite with the "
+            "settings its command resolves to (benchmarks/suites.toml says how that was checked)"
+        )
+    return out, notes
 
 
 def shown(cmd: list[str]) -> str:
@@ -406,8 +482,8 @@ def measure(
             f"{th:g}": None if hit is None else [hit[0] * per_step, hit[1]]
             for th, hit in hits.items()
         }
-    if task.timed:  # halfway too: Pong's 60 minutes of atari5 give its 30-minute figure
-        half = float(task.extras[1]) / 2
+    if task.limit is not None:  # halfway too: Pong's 60 minutes of atari5 give its 30-minute
+        half = task.limit / 2
         at = curve(episodes, np.array([half]), by="wall_seconds")[0]
         result |= {"half_seconds": half, "train_mean_at_half": at}
         # and the curve against the run's clock: a timed task's target is a time
@@ -524,6 +600,8 @@ def run_of(r: dict) -> str:
     if not r.get("commit") and r.get("recorded_in"):
         on = "" if r.get("date") else f" on {r['recorded_on']}"
         cells.append(f"recorded in {r['recorded_in']}{on}")
+    if r.get("reused_from"):
+        cells.append(f"reused from {r['reused_from']}")
     return ", ".join(cells) or "-"
 
 
@@ -572,16 +650,19 @@ def report(
     out_dir: Path,
     batch: str = "",
     stem: str | None = None,
+    notes: list[str] | None = None,
 ) -> Path:
     """The report of ``rows`` (one batch of the suite's runs, from the store): a table a task,
     its learning curves (``stem``.png) and a row a seed, in ``out_dir``/``stem``.md (default
-    ``suite-SUITE`` and the batch's name)."""
+    ``suite-SUITE`` and the batch's name); for a suite with an estimate (atari-5), the estimate
+    from ``seeds`` seeds a game and its curve, with ``notes`` (the runs reused)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     stem = stem or f"suite-{suite}" + (f"-{batch}" if batch else "")
+    asked = seeds
     # the seeds the rows hold, not the ones asked for: a report written with --report-only
     # names what it reports
     seeds = seeds_held(rows) if rows else seeds
@@ -658,9 +739,10 @@ def report(
     png = out_dir / f"{stem}.png"
     fig.savefig(png, dpi=100)
     plt.close(fig)
+    lines += ["", f"![learning curves: median over seeds with the interquartile band]({png.name})"]
+    if suite in PLANS:
+        lines += ["", *estimate_section(suite, tasks, rows, asked, out_dir, stem, notes or [])]
     lines += [
-        "",
-        f"![learning curves: median over seeds with the interquartile band]({png.name})",
         "",
         "Per seed (final evaluation of the kept model; time and steps to the target where the "
         "run reported it solved):",
@@ -696,6 +778,135 @@ def normalised(task: Task, finals: list[float]) -> str:
         return ""
     rand, human = task.human
     return f"; human-normalised {(statistics.median(finals) - rand) / (human - rand):.2f}"
+
+
+# ---------------------------------------------------------------------- the 57-game estimate
+def estimate_of(
+    suite: str, rows: list[dict], seeds: int, key: str = "final_train_mean"
+) -> atari5.Result:
+    """The suite's 57-game median estimate (benchmarks/atari5.py) from its runs' ``key``: the
+    mean of each run's last 100 games at its end, or ``final_eval``, the kept model's."""
+    games = {t.name: t for t in SUITES[suite] if t.game}
+    human = {t.game: t.human for t in games.values() if t.human}
+    scores: dict[str, dict[int, float]] = {}
+    reused = set()
+    for r in rows:
+        if r["task"] in games and r.get(key) is not None:
+            scores.setdefault(games[r["task"]].game, {})[r["seed"]] = float(r[key])
+            if r.get("reused_from"):
+                reused.add((games[r["task"]].game, r["seed"]))
+    res = atari5.from_runs(PLANS[suite], human, scores, seeds)
+    res.reused = sum(1 for g, _ in reused if res.reg and g in res.reg.games)
+    return res
+
+
+def estimate_section(
+    suite: str,
+    tasks: list[Task],
+    rows: list[dict],
+    seeds: int,
+    out_dir: Path,
+    stem: str,
+    notes: list[str],
+) -> list[str]:
+    """The report's part on the 57-game median estimate: the line ``--report-only`` prints,
+    a row a game, the bars, the estimate from the kept models, the runs reused, and the
+    estimate over the runs' hour (``stem``-estimate.png)."""
+    plan = PLANS[suite]
+    res = estimate_of(suite, rows, seeds)
+    weights = dict(zip(plan.regressions[0].games, plan.regressions[0].weights, strict=True))
+    lines = [
+        f"## {plan.regressions[0].name}: the 57-game median estimate",
+        "",
+        f"**{atari5.headline(res, seeds)}**",
+        "",
+        "Each run's score is the mean of its last 100 games (whole games, raw scores, up to 30 "
+        "no-op starts) at its end; a game's, the median over its seeds, human-normalised with "
+        "DQN Zoo's random and human scores (100% is the human tester's score); the estimate, "
+        "Aitchison et al.'s regression of the 57-game median on five games' scores (ICML "
+        "2023; docs/atari.md#atari-5). The interval resamples each game's seeds (10,000 "
+        "resamples, percentile): the seeds' spread, not the regression's own error, about "
+        f"{plan.regressions[0].error:g}% on the published algorithms it was fitted to.",
+        "",
+        "| game | weight | last 100 games, per seed | median | human-normalised | above random "
+        "| A3C FF, 1 day, 16 cores (human starts) | below it | kept model re-scored (median) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task in (t for t in tasks if t.game in weights):
+        rs = sorted((r for r in rows if r["task"] == task.name), key=lambda r: r["seed"])
+        means = [r["final_train_mean"] for r in rs if r.get("final_train_mean") is not None]
+        if not means or task.human is None:
+            lines.append(f"| {task.game} | {weights[task.game]:.3f} | no run yet | | | | "
+                         f"{task.target:,.1f} | | |")  # fmt: skip
+            continue
+        med = statistics.median(means)
+        rand = task.human[0]
+        hn = float(atari5.normalised(med, *task.human))
+        per_seed = ", ".join(f"{r['final_train_mean']:,.1f} ({r['seed']})" for r in rs
+                             if r.get("final_train_mean") is not None)  # fmt: skip
+        kept = [r["final_eval"] for r in rs if r.get("final_eval") is not None]
+        lines.append(
+            f"| {task.game} | {weights[task.game]:.3f} | {per_seed} | {med:,.1f} | {hn:.1f}% | "
+            f"{sum(m > rand for m in means)} / {len(means)} | {task.target:,.1f} | "
+            f"{'yes' if med < task.target else 'no'} | "
+            f"{fmt(statistics.median(kept)) if kept else '-'} |"
+        )
+    human = {t.game: t.human for t in tasks if t.game and t.human}
+    full = plan.regressions[0]
+    lines.append("")
+    for bar in plan.bars:
+        own = atari5.from_raw(full, bar.scores, human) if set(full.games) <= set(human) else None
+        reached = "" if res.value is None else (" (reached)" if res.value >= bar.median
+                                               else " (not reached)")  # fmt: skip
+        lines.append(
+            f"- Bar {bar.median:g}%{reached}: {bar.name}, its 57-game median ({bar.source}; "
+            f"these runs have up to 30 no-op starts). The same regression on that A3C's own "
+            f"five scores gives {fmt(own)}%."
+        )
+    kept = estimate_of(suite, rows, seeds, "final_eval")
+    if kept.value is not None:
+        lines.append(
+            f"- From the kept models re-scored (the last model, on starts no run saw): "
+            f"{kept.value:.1f}% (95% CI {kept.low:.1f}-{kept.high:.1f}%)."
+        )
+    lines += [f"- {n}." for n in notes]
+    png = estimate_curve(suite, tasks, rows, out_dir / f"{stem}-estimate.png")
+    if png is not None:
+        lines += ["", f"![the estimate over the runs' hour]({png.name})"]
+    return lines
+
+
+def estimate_curve(suite: str, tasks: list[Task], rows: list[dict], png: Path) -> Path | None:
+    """The estimate over the runs' clock: at each minute, each game's median over its seeds
+    of the mean of their last 100 games, through the regression (None: a game of the full
+    regression has no curve by time)."""
+    import matplotlib.pyplot as plt
+
+    reg = PLANS[suite].regressions[0]
+    games = {t.game: t for t in tasks if t.game in reg.games and t.human}
+    byg = {g: [r for r in rows if r["task"] == t.name and r.get("curve_by_time")]
+           for g, t in games.items()}  # fmt: skip
+    if set(byg) != set(reg.games) or not all(byg.values()):
+        return None
+    top = max(r["curve_seconds"][-1] for rs in byg.values() for r in rs)
+    grid = np.linspace(0, top, CLOCK_POINTS)
+    hn = {}
+    for g, rs in byg.items():
+        med, _, _ = band(rs, "curve_seconds", "curve_by_time", grid)
+        hn[g] = atari5.normalised(med, *games[g].human)
+    y = np.asarray(atari5.estimate(reg, hn))
+    fig, ax = plt.subplots(figsize=(5.0, 3.4))
+    ax.plot(grid / 60, y, lw=2, label=f"{reg.name} estimate (each game's median seed)")
+    for bar, style in zip(PLANS[suite].bars, ("--", ":"), strict=False):
+        ax.axhline(bar.median, ls=style, lw=1, color="gray", label=f"{bar.median:g}%: {bar.name}")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlabel("minutes of the run")
+    ax.set_ylabel("57-game median estimate (%)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png
 
 
 # ---------------------------------------------------------------------- the docs pages
@@ -831,9 +1042,11 @@ def suite_table(suite: str, rows: list[dict]) -> list[str]:
     return lines
 
 
-def docs_page(rows: list[dict]) -> str:
-    """docs/benchmarks.md: the results store as a table a suite."""
-    suites = [s for s in SUITES if store.select(rows, s)]
+def docs_page(rows: list[dict], more: dict[str, tuple[list[dict], list[str]]] | None = None) -> str:
+    """docs/benchmarks.md: the results store as a table a suite; for a suite with an estimate
+    (atari-5) its line too, from its runs and those ``more`` reuses for it (with their notes)."""
+    more = more or {}
+    suites = [s for s in SUITES if store.select(rows, s) or s in PLANS]
     suites += sorted({r["suite"] for r in rows if r.get("suite")} - set(SUITES))
     others = [r for r in rows if not r.get("suite")]
     lines = [
@@ -882,18 +1095,38 @@ def docs_page(rows: list[dict]) -> str:
     ]
     for s in SUITES:
         n = len(store.select(rows, s))
-        name = f"[{s}](#{s})" if n else s
-        lines.append(f"| {name} | {ABOUT.get(s, '')} | {len(SUITES[s])} | {n or 'none yet'} |")
+        name = f"[{s}](#{s})" if s in suites else s
+        theirs = len(more.get(s, ([], []))[0])
+        count = f"{n or 'none yet'}" + (f"; {theirs} reused" if theirs else "")
+        lines.append(f"| {name} | {ABOUT.get(s, '')} | {len(SUITES[s])} | {count} |")
     for s in suites:
         if s in SUITES:
             continue
         lines.append(f"| [{s}](#{s}) | no longer defined | - | {len(store.select(rows, s))} |")
     for s in suites:
         srows = store.select(rows, s)
-        batch = page_batch(srows)
+        batch = page_batch(srows) if srows else ""
         shown = f"the set `{batch}`" if batch else "the main set"
         lines += ["", *(f'<a id="{a}"></a>' for a in SUITE_ANCHORS.get(s, ())), f"## {s}", ""]
         about = ABOUT.get(s) or "a suite no longer in benchmarks/suites.toml"
+        theirs, notes = more.get(s, ([], []))
+        if s in PLANS:
+            page = f": [suite-{s}.md](suite-{s}.md)" if srows or theirs else ": none yet"
+            seeds = SEEDS.get(s, 5)
+            own = [r for r in srows if r.get("batch", "") == batch]
+            lines += [
+                f"{about[0].upper()}{about[1:]}. Per seed, with the learning curves{page}.",
+                "",
+                f"**{atari5.headline(estimate_of(s, own + theirs, seeds), seeds)}**",
+                "",
+                *(f"- {n}." for n in notes),
+                *([""] if notes else []),
+                f"`{suite_command(s, seeds)} --report-only` prints it; [Atari-5](atari.md#atari-5) "
+                "says what it estimates and how.",
+            ]
+            if srows:
+                lines += ["", *suite_table(s, srows)]
+            continue
         lines += [
             f"{about[0].upper()}{about[1:]}. Per seed, with "
             f"the learning curves of {shown}: [suite-{s}.md](suite-{s}.md).",
@@ -929,21 +1162,33 @@ def docs_page(rows: list[dict]) -> str:
 
 def write_docs(rows: list[dict], out_dir: Path) -> list[Path]:
     """docs/benchmarks.md and a page (with its plot) for each suite with runs."""
-    written = []
-    for s in dict.fromkeys(r["suite"] for r in rows if r.get("suite")):
+    written, more = [], {}
+    for s in dict.fromkeys([*(r["suite"] for r in rows if r.get("suite")), *PLANS]):
         srows = store.select(rows, s)
-        batch = page_batch(srows)
+        batch = page_batch(srows) if srows else ""
         shown = [r for r in srows if r.get("batch", "") == batch]
-        written.append(report(s, tasks_of(s, shown), shown, 0, out_dir, batch, f"suite-{s}"))
+        notes: list[str] = []
+        if s in PLANS:  # with the runs it reuses, where its set has none of its own
+            more[s] = reused(s, batch, rows)
+            shown, notes = shown + more[s][0], more[s][1]
+        if shown:
+            seeds = SEEDS.get(s, 0)
+            stem = f"suite-{s}"
+            written.append(report(s, tasks_of(s, shown), shown, seeds, out_dir, batch, stem, notes))
     page = out_dir / "benchmarks.md"
-    page.write_text(docs_page(rows))
+    page.write_text(docs_page(rows, more))
     return [page, *written]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("suite", nargs="?", choices=sorted(SUITES))
-    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 of each task (default 5)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds 0..N-1 of each task (default: the suite's seeds in suites.toml, else 5)",
+    )
     p.add_argument(
         "--from-seed",
         type=int,
@@ -992,6 +1237,12 @@ def main() -> None:
     )
     p.add_argument("--seed", type=int, default=None, help="the seed of the --from-run run")
     p.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="neither count nor report the runs of other suites that suites.toml reuses for "
+        "this suite's tasks (atari-5's Q*bert): run them and report the suite's own",
+    )
+    p.add_argument(
         "--no-speed",
         action="store_true",
         help="do not measure the machine's speed (about a minute, once per invocation that "
@@ -1004,11 +1255,22 @@ def main() -> None:
         return
     if args.suite is None:
         p.error("name a suite (or --docs)")
+    if args.seeds is None:
+        args.seeds = SEEDS.get(args.suite, 5)
     tasks = [t for t in SUITES[args.suite] if args.tasks is None or t.name in args.tasks]
     key = (args.suite, args.batch)
 
+    def held() -> tuple[list[dict], list[str]]:
+        """The batch's runs, and the runs reused for its tasks, with a line for each reuse."""
+        everything = store.read(args.store)
+        own = store.select(everything, *key)
+        if args.no_reuse or args.suite not in PLANS:
+            return own, []
+        more, notes = reused(args.suite, args.batch, everything)
+        return own + more, notes
+
     def done() -> set[tuple[str, int]]:
-        return {(r["task"], r["seed"]) for r in store.select(store.read(args.store), *key)}
+        return {(r["task"], r["seed"]) for r in held()[0]}
 
     if args.from_run is not None:
         if len(tasks) != 1 or args.seed is None:
@@ -1039,9 +1301,14 @@ def main() -> None:
                     f"{r['process_seconds']:.1f} s",
                     flush=True,
                 )
-    rows = store.select(store.read(args.store), *key)
+    rows, notes = held()
     out = args.out or ROOT / "benchmarks" / "results"
-    print(report(args.suite, tasks_of(args.suite, rows), rows, args.seeds, out, args.batch))
+    tasks = tasks_of(args.suite, rows)
+    print(report(args.suite, tasks, rows, args.seeds, out, args.batch, notes=notes))
+    if args.suite in PLANS:
+        for line in notes:
+            print(line)
+        print(atari5.headline(estimate_of(args.suite, rows, args.seeds), args.seeds))
 
 
 if __name__ == "__main__":
