@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 import struct
 import subprocess
@@ -211,6 +212,24 @@ def test_the_callback_names_import_no_pytorch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_docs_example_stops_on_its_callback(tmp_path, monkeypatch):
+    """docs/callbacks.md's example, as written but on one worker of this machine."""
+    text = (Path(__file__).parents[1] / "docs" / "callbacks.md").read_text()
+    found = re.search(r"```python\n(.*?)```", text, re.S)
+    assert found is not None
+    code = found[1]
+    train = asyncrl.train
+    mine = dict(workers=1, backend="threads", seed=0, progress=False, run_dir=str(tmp_path / "r"))
+    monkeypatch.setattr(asyncrl, "train", lambda **kw: train(**kw, **mine))
+    example: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(code, "docs/callbacks.md", "exec"), example)
+    summary = example["summary"]
+    assert summary["ended"] == "callback", summary
+    assert summary["stopped_by"] == "StopAtTarget.on_evaluation"
+    assert summary["best_eval_return"] >= 300.0 and summary["total_steps"] < 500_000
+    assert example["losses"].rows
 
 
 # ------------------------------------------------------------------ --track (Weights & Biases)
