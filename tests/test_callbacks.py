@@ -354,6 +354,22 @@ def test_track_logs_what_tensorboard_gets_offline_and_a_resume_goes_on(run_dir, 
     assert max(row["global_step"] for row in again["history"]) >= 8_000
 
 
+def test_the_wandb_summary_is_summary_json_as_written(tmp_path, wandb_offline):
+    """A Ray run's summary counts its gradients by staleness under int keys, which W&B's
+    summary refuses: it gets them as summary.json has them."""
+    from asyncrl.rundir import RunDir
+    from asyncrl.tracking import WandbLogger
+
+    logger = WandbLogger(RunDir(tmp_path), {"env": "CartPole-v1"}, project="asyncrl-tests")
+    logger.add_scalar("episode/return", 10.0, 5)
+    logger.finish({"ended": "budget", "lags": {0: 3, 1: 2}})
+    wandb_done()
+    (folder,) = (tmp_path / "wandb").glob("offline-run-*")
+    run = wandb_run(folder)
+    assert run["summary"]["lags"] == {"0": 3, "1": 2} and run["summary"]["ended"] == "budget"
+    assert [row["episode/return"] for row in run["history"]] == [10.0]
+
+
 def test_track_without_wandb_is_one_line_and_writes_nothing(run_dir, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb fails, as uninstalled
     args = ["train", "--track", "--run-dir", str(run_dir), "--no-progress"]

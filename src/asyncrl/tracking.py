@@ -14,6 +14,7 @@ same W&B run: its id is kept in ``RUN_DIR/wandb/run-id``.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -115,8 +116,8 @@ class WandbLogger:
             return
         self._finished = True
         self.flush()
-        if summary is not None:
-            self.run.summary.update(dict(summary))
+        if summary is not None:  # as summary.json holds it (W&B takes no int keys: Ray's lags)
+            self.run.summary.update(json.loads(json.dumps(summary)))
         self.run.finish(exit_code=1 if failed else 0)
 
 
