@@ -190,6 +190,24 @@ def test_a_callback_that_raises_stops_the_run_and_its_error_propagates(backend, 
 
 
 @pytest.mark.parametrize(
+    ("hook", "ended"), [("on_training_start", "callback_error"), ("on_training_end", "budget")]
+)
+def test_an_error_at_the_start_or_the_end_propagates_too(hook, ended, run_dir):
+    """Raised at the start, it stops the run at once (with a checkpoint); at the end, the run
+    has ended as it would have and its summary is written, then it propagates."""
+
+    def fail(self, event):
+        raise RuntimeError(f"no {hook}")
+
+    bad = type("Bad", (asyncrl.Callback,), {hook: fail})()
+    with pytest.raises(RuntimeError, match=f"no {hook}"):
+        asyncrl.train(backend="threads", steps=3_000, run_dir=str(run_dir), callbacks=bad, **QUICK)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ended"] == ended and load_checkpoint(run_dir)["glob"].steps > 0
+    assert summary["stopped_by"] == (f"Bad.{hook}" if hook == "on_training_start" else None)
+
+
+@pytest.mark.parametrize(
     ("callbacks", "message"),
     [
         ([Recorder], "callbacks: Recorder is a class; pass an instance of it: Recorder()"),
