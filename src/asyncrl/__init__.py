@@ -16,6 +16,7 @@ from asyncrl.errors import UserError
 from asyncrl.presets import preset
 
 if TYPE_CHECKING:
+    from asyncrl.callbacks import Callback
     from asyncrl.policy import Policy, evaluate, load
     from asyncrl.trainer import train
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 # the CLI start Ray while PyTorch is imported), loading a policy never pays for the trainer.
 _LAZY = {
     "train": "asyncrl.trainer",
+    "Callback": "asyncrl.callbacks",
     "Policy": "asyncrl.policy",
     "evaluate": "asyncrl.policy",
     "load": "asyncrl.policy",
@@ -35,5 +37,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'asyncrl' has no attribute {name!r}")
 
 
-__all__ = ["Config", "Policy", "UserError", "evaluate", "load", "preset", "train"]
+__all__ = ["Callback", "Config", "Policy", "UserError", "evaluate", "load", "preset", "train"]
 __version__ = "0.1.0"

@@ -470,6 +470,10 @@ APPLIES: list[tuple[str, Rule]] = [
         lambda c, k: c.optimizer == "rmsprop",
         "is RMSProp's decay; --optimizer adam has its own betas: drop --rms-alpha",
     ),
+    *(
+        _when(n, lambda c, k: c.track, "names --track's W&B run: add --track, or drop it")
+        for n in ("wandb_project", "wandb_entity", "wandb_group")
+    ),
     # (--confirm-episodes counts with --stop-on train too: a confirmation picks the best model)
     _when(
         "confirm_stderr",

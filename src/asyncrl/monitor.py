@@ -11,9 +11,11 @@ import io
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from asyncrl.callbacks import EpisodeEvent, Hooks, UpdateEvent
 from asyncrl.messages import Finished, StatSums
 from asyncrl.optim import ScheduleSettings, scheduled_lr
 from asyncrl.rundir import RunDir, write_atomically
@@ -88,6 +90,29 @@ class MonitorSettings(ScheduleSettings, Protocol):
     def entropy_coef_at(self, global_step: int, budget: int | None = None) -> float: ...
 
 
+class ScalarSink(Protocol):
+    """Where the monitor's scalars go: TensorBoard's writer (:mod:`asyncrl.tbevents`), and
+    W&B's with --track (:mod:`asyncrl.tracking`)."""
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Sinks:
+    """Several sinks as one: each scalar to every one of them."""
+
+    def __init__(self, sinks: Sequence[ScalarSink]):
+        self.sinks = sinks
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        for sink in self.sinks:
+            sink.add_scalar(tag, value, step)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
 class Monitor:
     """Counts episodes, keeps the rolling mean, decides when the target is reached; averages
     the workers' learner statistics and writes them every few seconds."""
@@ -100,8 +125,12 @@ class Monitor:
         target_return: float | None,
         frames_per_step: int = 1,
         state: dict | None = None,
+        hooks: Hooks | None = None,
+        sinks: Sequence[ScalarSink] = (),
     ):
         self.cfg = cfg
+        #: the user's callbacks: each episode and interval of statistics goes to them
+        self.hooks = hooks if hooks is not None else Hooks()
         self.run_dir = run_dir
         self.total_steps = cfg.steps
         self.target = target_return
@@ -190,7 +219,8 @@ class Monitor:
         self._sums: dict[str, list[float]] = {}
         self._last_metrics = time.perf_counter()
         self.t0 = time.perf_counter() - elapsed  # wall time continues across a resume
-        self._tb = ScalarWriter(run_dir.tensorboard) if cfg.tensorboard else None
+        tb: list[ScalarSink] = [ScalarWriter(run_dir.tensorboard)] if cfg.tensorboard else []
+        self._tb = _Sinks([*tb, *sinks]) if tb or sinks else None
         self._live = cfg.progress and sys.stderr.isatty()
         self._bar: Any = None
         self._last_log = time.perf_counter()
@@ -225,6 +255,9 @@ class Monitor:
             self._tb.add_scalar("episode/return", ret, step)
             self._tb.add_scalar("episode/length", length, step)
             self._tb.add_scalar(f"episode/rolling_return_{self.window}", mean, step)
+        if self.hooks and mean is not None:
+            event = EpisodeEvent(self.episodes, worker, ret, length, step, wall, mean, self.window)
+            self.hooks.call("on_episode", event)
         reached = (
             self.target is not None
             and len(self.returns) == self.window
@@ -293,13 +326,16 @@ class Monitor:
             self._metrics.writerow(["global_step", "wall_seconds", *self._metrics_columns])
         elif added := sorted(set(named) - set(self._metrics_columns)):
             self._add_metrics_columns(added)
-        row = [self.global_step, f"{self.elapsed():.3f}"]
+        wall = self.elapsed()
+        row = [self.global_step, f"{wall:.3f}"]
         row += [f"{named[k]:.6g}" if k in named else "" for k in self._metrics_columns]
         self._metrics.writerow(row)
         self._metrics_rows += 1
         if self._tb is not None:
             for k, v in means.items():
                 self._tb.add_scalar(k, v, self.global_step)
+        if self.hooks:
+            self.hooks.call("on_update", UpdateEvent(self.global_step, wall, means))
 
     def _add_metrics_columns(self, added: list[str]) -> None:
         """Extend metrics.csv by ``added`` columns, the rows so far blank in them (as SB3's

@@ -14,6 +14,7 @@ the CLI refuses bad input before it starts Ray.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -90,6 +91,17 @@ class RunSettings:
     """write TensorBoard scalars to RUN_DIR/tb when tensorboard is installed"""
     progress: bool = True
     """show a live progress bar on a terminal (a log line every few seconds otherwise)"""
+    track: bool = False
+    """log the run to Weights & Biases as well (pip install "asyncrl[wandb]")
+
+    The metrics TensorBoard gets, under the same names, the configuration and the summary; the
+    files go under RUN_DIR/wandb, and WANDB_MODE=offline keeps them there (docs/callbacks.md)."""
+    wandb_project: str | None = None
+    """--track: the W&B project (default: asyncrl)"""
+    wandb_entity: str | None = None
+    """--track: the W&B entity, a team or user (default: W&B's default entity of the login)"""
+    wandb_group: str | None = None
+    """--track: a W&B group to put the run in (the seeds of one setting, say)"""
 
     def checkpoint_interval(self) -> tuple[str, float]:
         """('seconds', x), ('steps', n) or ('off', 0); ValueError if malformed."""
@@ -152,6 +164,13 @@ class RunSettings:
         )
         need(self.worker_timeout > 0, "worker-timeout", f"must be > 0, got {self.worker_timeout}")
         need(self.max_nonfinite >= 1, "max-nonfinite", f"must be >= 1, got {self.max_nonfinite}")
+        # before anything is written: the run directory is made only after the checks
+        need(
+            not self.track or importlib.util.find_spec("wandb") is not None,
+            "track",
+            'logging to Weights & Biases needs wandb: pip install "asyncrl[wandb]" (or drop '
+            "--track)",
+        )
 
 
 @dataclass

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from asyncrl.callbacks import EvaluationEvent
 from asyncrl.evaluation import confirm_margin
 from asyncrl.messages import (
     Done,
@@ -50,6 +51,8 @@ class Ended(enum.Enum):
     FAILED = "worker faults past the restart limit"
     DIVERGED = "rollouts in a row with non-finite updates"
     SERVER_LOST = "the parameter server died"
+    CALLBACK = "a callback returned False"
+    CALLBACK_ERROR = "a callback raised an exception"
 
     @property
     def keeps_last_checkpoint(self) -> bool:
@@ -188,6 +191,7 @@ class Supervisor:
                 self.maybe_checkpoint()
                 self.maybe_evaluate()
                 self.maybe_end_on_time()
+                self.maybe_end_on_callback()
                 self.run_.clock(self.monitor.elapsed())
                 self.monitor.refresh(self.run_.global_step())
             self.outcome.glob = self.run_.finish(self.snapshots)
@@ -201,6 +205,12 @@ class Supervisor:
         limit = self.time_limit
         if limit is not None and not self.stopping and self.monitor.elapsed() >= limit:
             self.end(Ended.TIME_LIMIT)
+
+    def maybe_end_on_callback(self) -> None:
+        """A user's callback asked the run to stop, or raised (:mod:`asyncrl.callbacks`)."""
+        hooks = self.monitor.hooks
+        if hooks.stopped_by is not None and not self.stopping:
+            self.end(Ended.CALLBACK_ERROR if hooks.error is not None else Ended.CALLBACK)
 
     def interrupt(self, signum: int) -> None:
         self.outcome.signal = signum
@@ -357,12 +367,15 @@ class Supervisor:
             and not self.monitor.solved
         )
         # the stop rule's promise: the model a solved run keeps is the one that met it
-        if self.monitor.evaluation(result, keep=solves) and self.save_best is not None:
+        best = self.monitor.evaluation(result, keep=solves)
+        if best and self.save_best is not None:
             self.save_best(result)
         if solves:
             self.monitor.mark_solved(result.global_step, result.mean, "eval")
             if not self.stopping:
                 self.end(Ended.SOLVED)
+        if self.monitor.hooks:  # after best_model.pt is written: a callback may read it
+            self.monitor.hooks.call("on_evaluation", _event(result, best, solves))
 
     def final_evaluation(self) -> None:
         """After the workers stopped: the evaluation under way, then one of the final
@@ -380,7 +393,8 @@ class Supervisor:
         signalled = lambda: self.outcome.signal is not None  # noqa: E731
         for result in ev.results() if ended is Ended.INTERRUPTED else ev.wait(signalled):
             self.evaluated(result)
-        budget = ended in (Ended.BUDGET, Ended.TIME_LIMIT)
+        # (a callback's False is the user's own budget: the run ends as on its budget)
+        budget = ended in (Ended.BUDGET, Ended.TIME_LIMIT, Ended.CALLBACK)
         final = budget or (ended is Ended.SOLVED and self.cfg.stop_on == "train")
         if glob is None or self.evaluator is None or not final or signalled():
             return
@@ -418,3 +432,21 @@ class Supervisor:
             glob = self.run_.checkpoint_state(self.snapshots)
             workers = {w: s.worker for w, s in self.snapshots.items() if s.worker}
             self.write_checkpoint(glob, workers, self.outcome.restarts)
+
+
+def _event(ev: Evaluation, best: bool, solved: bool) -> EvaluationEvent:
+    return EvaluationEvent(
+        index=ev.index,
+        global_step=ev.global_step,
+        wall_seconds=ev.wall_seconds,
+        mean_return=ev.mean,
+        std_return=ev.std,
+        min_return=min(ev.returns),
+        max_return=max(ev.returns),
+        episodes=len(ev.returns),
+        returns=ev.returns,
+        is_best=best,
+        confirmed=ev.confirmed,
+        solved=solved,
+        seconds=ev.seconds,
+    )

@@ -9,10 +9,10 @@ import dataclasses
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ import torch
 from asyncrl.algos import Algorithm, make_algorithm
 from asyncrl.algos.base import model_spec_for
 from asyncrl.backends import cluster_for, make_run, worker_count
+from asyncrl.callbacks import Callback, Hooks, TrainingEnd, TrainingStart
 from asyncrl.checkpoint import load_checkpoint, save_checkpoint
 from asyncrl.config import Config, MonitorSection, SupervisorSection, reset_misfits
 from asyncrl.configfile import config_toml
@@ -37,6 +38,9 @@ from asyncrl.settings import Resumed
 from asyncrl.state import GlobalState
 from asyncrl.supervisor import Ended, Outcome, Supervisor
 
+if TYPE_CHECKING:
+    from asyncrl.tracking import WandbLogger
+
 
 def train(
     cfg: Config | None = None,
@@ -44,6 +48,7 @@ def train(
     *,
     resume: str | Path | None = None,
     info: EnvInfo | None = None,
+    callbacks: Callback | Iterable[Callback] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Train with ``cfg`` updated by ``overrides`` (no ``cfg``: the preset the env calls for,
@@ -57,8 +62,14 @@ def train(
     Ray connection of the caller's. Returns the summary (also ``RUN_DIR/summary.json``). Bad
     input raises :class:`asyncrl.errors.UserError` before any file is written or changed, and
     a bad env or config before Ray starts.
+
+    ``callbacks``: a :class:`asyncrl.Callback` or several, called in this process on each
+    episode, evaluation and interval of the learners' statistics; one that returns False stops
+    the run as its budget would, with a checkpoint, and one that raises stops it and the
+    exception propagates (docs/callbacks.md).
     """
     t0 = time.perf_counter()
+    hooks = Hooks(callbacks)
     # a resumed run's directory is held from before its checkpoint is read (a new run's from
     # its making, in _run): a run still going could otherwise write a newer one meanwhile
     resumed = RunDir(Path(resume)) if resume is not None else None
@@ -66,7 +77,7 @@ def train(
     if resumed is not None and resumed.path.is_dir():
         held = resumed.locked()
     with held:
-        return _train(cfg, resume, info, overrides, t0)
+        return _train(cfg, resume, info, overrides, t0, hooks)
 
 
 def _train(
@@ -75,6 +86,7 @@ def _train(
     info: EnvInfo | None,
     overrides: dict[str, Any],
     t0: float,
+    hooks: Hooks,
 ) -> dict[str, Any]:
     cfg, ckpt, info = _config(cfg, resume, info, overrides)
     algo = make_algorithm(cfg.algo, cfg.algo_settings(), info)
@@ -94,8 +106,12 @@ def _train(
                 f"--time-limit {cfg.time_limit}: {cfg.run_dir} has run {elapsed / 60:.1f} "
                 "minutes already (a resumed run's clock goes on); give a longer one to train on"
             )
+    if cfg.track:
+        from asyncrl.tracking import check_login
+
+        check_login()
     with cluster_for(cfg) as cluster, _one_thread():
-        return _run(cfg, ckpt, info, algo, spec, worker_count(cfg, cluster), t0)
+        return _run(cfg, ckpt, info, algo, spec, worker_count(cfg, cluster), t0, hooks)
 
 
 @contextmanager
@@ -121,6 +137,7 @@ def _run(
     spec: ModelSpec,
     n_workers: int,
     t0: float,
+    hooks: Hooks,
 ) -> dict[str, Any]:
     """The run itself, on its cluster, in its directory: held while the run lasts (a resumed
     run's since train() began; a new one's from its making, here: :meth:`RunDir.locked`)."""
@@ -141,6 +158,9 @@ def _run(
         text = config_toml(cfg, header).encode()
         write_atomically(run_dir.path / "config.toml", lambda f: f.write(text))
         lr_from = None if ckpt is None else ckpt["lr_from"]
+        tracker = _tracker(cfg, run_dir)
+        if tracker is not None:  # (a run that raises on its way closes it as failed)
+            held.callback(tracker.finish, None, True)
         monitor = Monitor(
             run_dir,
             dataclasses.replace(cfg.section(MonitorSection), lr_from=lr_from),
@@ -149,6 +169,8 @@ def _run(
             else info.reward_threshold,
             frames_per_step=info.frames_per_step,
             state=None if ckpt is None else ckpt["monitor"],
+            hooks=hooks,
+            sinks=() if tracker is None else (tracker,),
         )
         for name in monitor.short_files:
             monitor.log(
@@ -203,6 +225,8 @@ def _run(
             and ckpt.get("config", {}).get("envs_per_worker") == cfg.envs_per_worker
         )
         with _signals_stop(supervisor.interrupt), monitor, _closing(evaluator):
+            start = TrainingStart(run_dir.path, cfg, ckpt is not None, steps_at_start)
+            hooks.call("on_training_start", start)
             outcome = supervisor.run(ckpt["workers"] if ckpt and same_workers else {})
             train_seconds = time.perf_counter() - t_start
             extra, lines = run.closing()
@@ -233,7 +257,10 @@ def _run(
             "run_dir": str(run_dir),
         }
         run_dir.write_json(run_dir.summary, summary)
-        _raise_for(outcome, run_dir, state.steps())
+        hooks.call("on_training_end", TrainingEnd(run_dir.path, summary))
+        if tracker is not None:
+            tracker.finish(summary, failed=outcome.error is not None or hooks.error is not None)
+        _raise_for(outcome, run_dir, state.steps(), hooks.error)
         return summary
 
 
@@ -333,16 +360,28 @@ def _summary(
         "best_eval_step": None if monitor.best_eval is None else monitor.best_eval[1],
         "best_eval_episodes": None if monitor.best_eval is None else monitor.best_eval[2],
         "resumed": ckpt is not None,
+        # the callback whose False (or exception) ended the run: "ended" is "callback" then
+        "stopped_by": monitor.hooks.stopped_by,
     }
 
 
-def _raise_for(outcome: Outcome, run_dir: RunDir, step: int) -> None:
+def _raise_for(
+    outcome: Outcome, run_dir: RunDir, step: int, callback_error: Exception | None = None
+) -> None:
     # a fault first, also one after a signal (a worker diverging while the others stop): it
     # decides which checkpoint is kept, and the user must hear of it
     if outcome.error is not None:
         keep = outcome.ended.keeps_last_checkpoint
         where = "the last good checkpoint is kept" if keep else "a checkpoint was written"
         raise TrainingError(f"{outcome.error}; {where} in {run_dir}", outcome.details)
+    # then the user's own code's: its exception as it raised it, traceback and all
+    if callback_error is not None:
+        if hasattr(callback_error, "add_note"):  # (Python 3.11)
+            callback_error.add_note(
+                f"asyncrl: a callback raised this; the run stopped at step {step:,} with a "
+                f"checkpoint: resume with asyncrl.train(resume={str(run_dir.path)!r})"
+            )
+        raise callback_error
     if outcome.signal is not None:
         raise Interrupted(outcome.signal, run_dir.path, step)
 
@@ -378,6 +417,21 @@ def _signals_stop(stop: Callable[[int], None]) -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def _tracker(cfg: Config, run_dir: RunDir) -> WandbLogger | None:
+    """The run's W&B logger with --track (:mod:`asyncrl.tracking`), else None."""
+    if not cfg.track:
+        return None
+    from asyncrl.tracking import WandbLogger
+
+    return WandbLogger(
+        run_dir,
+        cfg.to_dict(),
+        project=cfg.wandb_project,
+        entity=cfg.wandb_entity,
+        group=cfg.wandb_group,
+    )
 
 
 def _evaluator(cfg: Config, spec: ModelSpec, target: float | None) -> Evaluator | None:
