@@ -35,7 +35,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_site_builds_strict(site: Path) -> None:
     assert (site / "index.html").is_file()
     api = (site / "api" / "index.html").read_text(encoding="utf-8")
-    for name in ("asyncrl.train", "asyncrl.preset", "asyncrl.load", "asyncrl.Policy"):
+    for name in (
+        "asyncrl.train",
+        "asyncrl.preset",
+        "asyncrl.load",
+        "asyncrl.Policy",
+        "asyncrl.tune.tune",
+    ):
         assert f'id="{name}"' in api, f"the API reference lacks {name}"
 
 

@@ -287,6 +287,16 @@ def test_ctrl_c_stops_the_trials_run_and_resume_goes_on_with_the_study(fake_runs
     )
 
 
+def test_trials_run_two_at_a_time_each_claims_a_trial_of_its_own(fake_runs, tmp_path):
+    out = tune(tmp_path / "t", trials=4, train_args=FIXED, parallel=2, echo=lambda line: None)
+    study = optuna.load_study(study_name="asyncrl-tune", storage=f"sqlite:///{tmp_path}/t/study.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4 and out["complete"] == 4
+    assert sum(bool(t.user_attrs.get("baseline")) for t in study.trials) == 1
+    assert sorted(p.name for p in (tmp_path / "t/trials").glob("*-s0")) == [
+        "0000-s0", "0001-s0", "0002-s0", "0003-s0"
+    ]  # fmt: skip
+
+
 def listing(path):
     return sorted((str(p.relative_to(path)), p.stat().st_mtime_ns) for p in path.rglob("*"))
 
@@ -329,7 +339,7 @@ def test_a_tune_directory_is_never_overwritten_and_resume_keeps_its_settings(
         (["--space", "missing.toml"], "--space missing.toml: no such file"),
         (["--", "--epochs", "2"], "--epochs: a3c does not read it"),
         (["--", "--run-dir", "x"], "--run-dir: each trial trains a new run"),
-        (["--", "--steps", "10"], "--steps: give it to asyncrl tune, before the --"),
+        (["--steps", "10", "--", "--steps", "10"], "--steps: given before the -- too"),
         (["--", "--no-such-option"], "after --: unrecognized arguments: --no-such-option"),
         (["--seeds", "0"], "--seeds: must be >= 1"),
         (["--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),

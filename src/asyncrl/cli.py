@@ -406,9 +406,9 @@ def _tune(ns: argparse.Namespace) -> int:
                 )
             fixed += [flag, str(value)]
     for a in ns.train_args:
-        if a.split("=", 1)[0] in ("--env", "--steps", "--time-limit"):
-            flag = a.split("=", 1)[0]
-            raise UserError(f"after --: {flag}: give it to asyncrl tune, before the --")
+        flag = a.split("=", 1)[0]
+        if flag in fixed[::2]:  # (the same option twice: which one would the trials get?)
+            raise UserError(f"after --: {flag}: given before the -- too; give it once")
     with _terminate_as_interrupt():
         result = tune(
             ns.run_dir,

@@ -356,7 +356,8 @@ def _one_trial(
     echo: Callable[[str], None],
 ) -> None:
     states = optuna.trial.TrialState
-    trial = study.ask()
+    with lock:  # one at a time: two threads can both claim the enqueued trial over SQLite
+        trial = study.ask()
     t0 = time.monotonic()
     values = t.space.sample(trial)
     name = f"{trial.number:04d}"
