@@ -23,7 +23,7 @@ from asyncrl.configfile import read_config_file  # noqa: E402
 from asyncrl.errors import UserError  # noqa: E402
 from asyncrl.presets import PRESETS  # noqa: E402
 from asyncrl.tune import objective, process, tune  # noqa: E402
-from asyncrl.tune.objective import BUCKETS, Goal, Reporter  # noqa: E402
+from asyncrl.tune.objective import BUCKETS, Goal, Reporter, RunFailed  # noqa: E402
 from asyncrl.tune.space import default_space, default_space_name, parse_space  # noqa: E402
 
 CARTPOLE = preset(None, env="CartPole-v1").validate()
@@ -190,6 +190,8 @@ steps = tomllib.loads(config.read_text())["run"]["steps"]
 run_dir.mkdir(parents=True)
 stopped = []
 signal.signal(signal.SIGINT, lambda *a: stopped.append(1))
+if trial in plan.get("crash", []):
+    sys.exit("something no setting explains")
 bad = trial in plan.get("bad", [])
 hang = trial in plan.get("hang", [])
 solved_at, mean = None, 0.0
@@ -227,7 +229,7 @@ def fake_runs(tmp_path, monkeypatch):
     (folder / "fake.py").write_text(FAKE)
     plan: dict = {"delay": 0.05}
 
-    def command(config, run_dir, seed):
+    def command(config, run_dir, seed, preset):
         (folder / "plan.json").write_text(json.dumps(plan))
         return [sys.executable, str(folder / "fake.py"), str(config), str(run_dir), str(seed)]
 
@@ -285,6 +287,18 @@ def test_ctrl_c_stops_the_trials_run_and_resume_goes_on_with_the_study(fake_runs
         )
         == 5
     )
+
+
+def test_a_run_that_fails_unexplained_stops_the_tune_naming_its_log(fake_runs, tmp_path):
+    """Not a bad setting (it would fail every trial): the tune stops, the study keeps the rest."""
+    fake_runs["crash"] = [1]
+    with pytest.raises(RunFailed) as e:
+        tune(tmp_path / "t", trials=3, train_args=FIXED, echo=lambda line: None)
+    assert "exited with code 1 (something no setting explains)" in str(e.value)
+    assert str(tmp_path / "t/trials/0001-s0.log") in str(e.value)
+    study = optuna.load_study(study_name="asyncrl-tune", storage=f"sqlite:///{tmp_path}/t/study.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL"]
+    assert (tmp_path / "t/best.toml").is_file() and (tmp_path / "t/trials.png").is_file()
 
 
 def test_trials_run_two_at_a_time_each_claims_a_trial_of_its_own(fake_runs, tmp_path):

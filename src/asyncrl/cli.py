@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="search a run's settings with Optuna; the best as a file for train --config",
         formatter_class=_formatter,
         usage="asyncrl tune --env ENV --trials N --run-dir DIR [--space FILE] [--steps N | "
-        "--time-limit T] [--seeds K] [--resume] [--ray-address ADDR] [-- TRAIN_OPTIONS]",
+        "--time-limit T] [--seeds K] [--resume] [--ray-address ADDR] [--parallel K] "
+        "[-- TRAIN_OPTIONS]",
         description="Search the settings of a run with Optuna (TPE, median pruning on the "
         "runs' evaluations) and write the best as DIR/best.toml, which asyncrl train --config "
         "reads. Options after -- are asyncrl train's (--config FILE among them): the part "
@@ -201,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--trials",
         type=int,
         required=True,
+        metavar="N",
         help="finished trials (complete or pruned) the study holds at the end; with --resume, "
         "the new total",
     )
@@ -219,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
+        metavar="N",
         help="each run's budget of env steps (default: the preset's)",
     )
     budget.add_argument(
@@ -227,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="T",
         help="each run's budget of time ('10m'): the objective counts seconds",
     )
-    tu.add_argument("--seeds", type=int, default=1, help="runs a trial, one seed each (default: 1)")
+    tu.add_argument(
+        "--seeds", type=int, default=1, metavar="K", help="runs a trial, one seed each (default: 1)"
+    )
     tu.add_argument(
         "--resume",
         action="store_true",
@@ -244,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--parallel",
         type=int,
         default=None,
+        metavar="K",
         help="trials at a time (default: 1; with --ray-address, as many as the cluster holds)",
     )
     tu.add_argument("train_args", nargs="*", metavar="-- TRAIN_OPTIONS", help=argparse.SUPPRESS)

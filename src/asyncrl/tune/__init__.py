@@ -377,8 +377,8 @@ def _one_trial(
     def make_process(k: int, seed: int) -> Process:
         run_dir, log = t.trials_dir / f"{name}-s{k}", t.trials_dir / f"{name}-s{k}.log"
         if host is None:
-            return TrainProcess(config, run_dir, seed, log)
-        return RemoteProcess(host, text, run_dir, seed, log)
+            return TrainProcess(config, run_dir, seed, log, t.preset)
+        return RemoteProcess(host, text, run_dir, seed, log, t.preset)
 
     try:
         value, summaries = run_trial(trial, t.goal, t.seeds, make_process, stop)
@@ -460,11 +460,14 @@ def _write_best(t: _Tune, best: Any) -> None:
     score = t.goal.show(best.value)
     if t.goal.target is not None:
         score += f" to {t.goal.target:g} ({solved}/{len(t.seeds)} seeds solved)"
+    # under a preset the env does not pick, the options this file leaves unset are that
+    # preset's: name it (a file cannot)
+    named = "" if t.preset == t.info.preset else f" --preset {t.preset}"
     header = (
         f"asyncrl tune's best setting for {cfg.env} ({cfg.algo}): trial {best.number}, "
         f"{score}\nover seeds {', '.join(map(str, t.seeds))}; the tuned options: "
         f"{describe(t.space, values)}\n"
-        f"asyncrl train --config {t.dir / 'best.toml'} trains it"
+        f"asyncrl train --config {t.dir / 'best.toml'}{named} trains it"
     )
     text = config_toml(cfg, header).encode()
     write_atomically(t.dir / "best.toml", lambda f: f.write(text))
@@ -548,6 +551,7 @@ def _ending(t: _Tune, study: Any, optuna: Any, echo: Callable[[str], None]) -> d
         return out | {"best_trial": None}
     values = t.space.decode(best.params)
     best_file = t.dir / "best.toml"
+    _write_best(t, best)  # (again: a resumed tune whose best came before it)
     echo(
         f"best: trial {best.number}, {t.goal.show(best.value)}: {describe(t.space, values)}\n"
         f"{best_file} (asyncrl train --config {best_file}); {t.dir / 'trials.png'}, "

@@ -193,7 +193,10 @@ def run_trial(
             # crash, an import error) would fail every trial: that stops the tune.
             raise Pruned(f"failed on seed {seed}: {proc.log_tail()}")
         if code != 0 or summary is None:
-            raise RunFailed(f"a run of seed {seed} exited with code {code}: {proc.log_tail()}")
+            raise RunFailed(
+                f"a run of seed {seed} exited with code {code} ({proc.log_tail()}); its output "
+                f"is in {proc.log}"
+            )
         if summary.get("solved"):
             reporter.reached()
         summaries.append(summary)

@@ -31,6 +31,8 @@ STOP_GRACE_S = 60.0
 class Process(Protocol):
     """What a trial needs of one run, here or on a Ray node."""
 
+    log: Path  # its output (on this machine once it has ended)
+
     def start(self) -> None: ...
     def poll(self) -> tuple[list[dict[str, float]], int | None]:
         """The evaluations finished since the last call, and the exit code (None: running)."""
@@ -50,12 +52,14 @@ class Process(Protocol):
         ...
 
 
-def train_command(config: Path, run_dir: Path, seed: int) -> list[str]:
+def train_command(config: Path, run_dir: Path, seed: int, preset: str) -> list[str]:
     """The ``asyncrl train`` command of one run of a trial: the trial's resolved settings as a
-    configuration file, the seed and the directory its own. No progress bar (no terminal), no
-    TensorBoard scalars (the tune reads evaluations.csv; best.toml keeps the user's choice)."""
+    configuration file over the tune's preset (the file leaves out the options it leaves unset,
+    which another preset could set), the seed and the directory its own. No progress bar (no
+    terminal), no TensorBoard scalars (the tune reads evaluations.csv; best.toml keeps the
+    user's choice)."""
     return [
-        sys.executable, "-m", "asyncrl.cli", "train", "--config", str(config),
+        sys.executable, "-m", "asyncrl.cli", "train", "--config", str(config), "--preset", preset,
         "--seed", str(seed), "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard",
     ]  # fmt: skip
 
@@ -103,8 +107,8 @@ class EvalFollower:
 class TrainProcess:
     """A run on this machine, in ``run_dir``, its output in ``log``."""
 
-    def __init__(self, config: Path, run_dir: Path, seed: int, log: Path) -> None:
-        self.cmd = train_command(config, run_dir, seed)
+    def __init__(self, config: Path, run_dir: Path, seed: int, log: Path, preset: str) -> None:
+        self.cmd = train_command(config, run_dir, seed, preset)
         self.run_dir, self.log = run_dir, log
         self.follower = EvalFollower(run_dir / "evaluations.csv")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -171,10 +175,10 @@ class TrialHost:
         self.tmp = Path(tempfile.mkdtemp(prefix="asyncrl-tune-"))
         self.run: TrainProcess | None = None
 
-    def start(self, config_text: str, name: str, seed: int) -> None:
+    def start(self, config_text: str, name: str, seed: int, preset: str) -> None:
         config = self.tmp / f"{name}.toml"
         config.write_text(config_text)
-        self.run = TrainProcess(config, self.tmp / name, seed, self.tmp / f"{name}.log")
+        self.run = TrainProcess(config, self.tmp / name, seed, self.tmp / f"{name}.log", preset)
         self.run.start()
 
     def poll(self) -> tuple[list[dict[str, float]], int | None]:
@@ -209,14 +213,17 @@ class RemoteProcess:
     """A run on a Ray node (a :class:`TrialHost` actor), seen from the tune as a
     :class:`TrainProcess`: its files come back to ``run_dir`` when it ends."""
 
-    def __init__(self, host: Any, config_text: str, run_dir: Path, seed: int, log: Path) -> None:
-        self.host, self.config_text, self.seed = host, config_text, seed
+    def __init__(
+        self, host: Any, config_text: str, run_dir: Path, seed: int, log: Path, preset: str
+    ) -> None:
+        self.host, self.config_text, self.seed, self.preset = host, config_text, seed, preset
         self.run_dir, self.log = run_dir, log
         self.code: int | None = None
         self.ray: Any = __import__("ray")
 
     def start(self) -> None:
-        self.ray.get(self.host.start.remote(self.config_text, self.run_dir.name, self.seed))
+        name = self.run_dir.name
+        self.ray.get(self.host.start.remote(self.config_text, name, self.seed, self.preset))
 
     def poll(self) -> tuple[list[dict[str, float]], int | None]:
         rows, self.code = self.ray.get(self.host.poll.remote())
