@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 #: the study's name in its storage
 STUDY = "asyncrl-tune"
-#: trials the sampler draws at random before TPE models them, and that the pruner lets finish
-#: before it compares (rl-baselines3-zoo's defaults for both: 5 of each)
+#: trials the sampler draws at random before TPE models them, and that must complete before the
+#: pruner compares: one count for both, as rl-baselines3-zoo's exp_manager.py has it (its
+#: multivariate TPE and median pruner too); 5, a quarter of a 20-trial tune
 STARTUP_TRIALS = 5
 
 
@@ -148,8 +149,11 @@ def tune(
             with _trials_on(t, ray_address) as (make_host, cluster_parallel):
                 jobs = parallel or cluster_parallel
                 _drive(t, study, optuna, trials - done, jobs, make_host, echo)
-        finally:  # also after Ctrl-C: the trials so far (trials.csv follows each one)
-            _plot(t, study, optuna)
+        except BaseException:  # Ctrl-C too: the plot of the trials so far, then on out
+            with contextlib.suppress(Exception):
+                _plot(t, study, optuna)
+            raise
+        _plot(t, study, optuna)
         return _ending(t, study, optuna, echo)
 
 
@@ -239,9 +243,10 @@ def _study(t: _Tune, optuna: Any, create: bool) -> Any:
     if create:
         study.set_user_attr("asyncrl", t.attrs())
     states = optuna.trial.TrialState
-    tried = any(tr.user_attrs.get("baseline") for tr in study.trials if tr.state.is_finished())
+    finished = study.get_trials(states=(states.COMPLETE, states.PRUNED))
+    tried = any(tr.user_attrs.get("baseline") for tr in finished)
     waiting = study.get_trials(states=(states.WAITING,))
-    if not tried and not waiting:
+    if not tried and not waiting:  # (again where Ctrl-C stopped it)
         baseline = t.space.encode(t.cfg)
         if baseline:
             study.enqueue_trial(baseline, user_attrs={"baseline": True})
@@ -273,6 +278,12 @@ def _trials_on(t: _Tune, ray_address: str | None) -> Iterator[tuple[Callable[[],
         return
     from asyncrl.backends.ray.cluster import cluster_cpus, ray_cluster, require_ray
     from asyncrl.settings import RaySettings
+
+    if t.cfg.backend == "ray":
+        raise UserError(
+            "--ray-address: a trial on a Ray node trains on that node, with --backend "
+            "processes or threads: drop --backend ray (or --ray-address, to tune Ray runs here)"
+        )
 
     ray = require_ray()
     address = None if ray_address == "local" else ray_address

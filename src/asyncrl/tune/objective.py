@@ -1,6 +1,7 @@
 """What a trial is scored by, and the pruning on its runs' evaluations.
 
-The score is ``benchmarks/sweep.py``'s, which the command replaced: the mean over the trial's
+The score is the one of ``benchmarks/sweep.py``, which the command replaced (``git show
+98bf59e:benchmarks/sweep.py``): the mean over the trial's
 seeds of the env steps to the run's target (its stop rule's: ``--target-return``, else the env's
 reward threshold), a seed that never gets there counting as twice the budget, so that a setting
 that solves every seed slowly beats one that solves some fast and others never. With a
