@@ -135,6 +135,9 @@ def test_a_trial_scores_the_mean_steps_to_the_target_an_unsolved_seed_twice_the_
     timed = Goal(475.0, "seconds", 60.0)
     assert timed.value([{"solved": True, "solve_seconds": 30.0, "solve_steps": 9}]) == 30.0
     assert timed.cost({"solved": False}) == 120.0
+    # its evaluations are reported at the part of the time budget they fall in
+    assert timed.bucket({"global_step": 1e9, "wall_seconds": 30.0}) == BUCKETS // 2
+    assert goal.bucket({"global_step": 1000.0, "wall_seconds": 1e9}) == BUCKETS
     free = Goal(None, "steps", 1000.0)  # no target: the final evaluation, maximised
     assert free.value([{"last_eval_return": -150.0}, {"last_eval_return": -250.0}]) == -200.0
     assert free.direction == "maximize"
