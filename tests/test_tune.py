@@ -370,6 +370,19 @@ def test_bad_input_is_one_line_exit_2_and_no_directory(args, says, tmp_path, cap
     assert not where.exists()
 
 
+def test_the_tunes_own_process_imports_no_pytorch():
+    """It only starts and follows runs: its memory stays small beside theirs."""
+    code = (
+        "import sys; from asyncrl.tune import fixed_setting; "
+        "from asyncrl.tune.space import default_space; "
+        "cfg, info, name = fixed_setting(['--env', 'CartPole-v1']); "
+        "default_space(name, cfg.algo).check(cfg, info.action.kind); import asyncrl.plot; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
 # ---------------------------------------------------------------------- real runs
 
 TINY = ["--backend", "threads", "--workers", "1", "--eval-every", "1000", "--eval-episodes", "2"]
