@@ -398,6 +398,7 @@ def test_a_tune_of_three_tiny_trials_writes_a_best_file_that_train_reads(tmp_pat
     for k in range(3):
         run = where / f"trials/{k:04d}-s0"
         assert json.loads((run / "summary.json").read_text())["total_steps"] >= 2000
+        assert (run / "best_model.pt").is_file() and not (run / "checkpoint.ckpt").exists()
     best = read_config_file(where / "best.toml")
     assert best["env"] == "CartPole-v1" and best["algo"] == "a3c" and best["steps"] == 2000
     assert best["backend"] == "threads" and best["eval_every"] == 1000  # the fixed part too

@@ -150,6 +150,10 @@ class TrainProcess:
         self.proc.wait()
 
     def finish(self) -> dict[str, Any] | None:
+        # no trial's run is resumed: its checkpoint (an Atari run's is large) goes, as a Ray
+        # node's does (_LEFT_ON_NODE); its model files and CSVs stay for eval and plot
+        if self.proc is not None and self.proc.poll() is not None:
+            (self.run_dir / "checkpoint.ckpt").unlink(missing_ok=True)
         try:
             summary = json.loads((self.run_dir / "summary.json").read_text())
         except (OSError, ValueError):
