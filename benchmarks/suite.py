@@ -934,7 +934,7 @@ OTHER_SCRIPTS = [
     ("atari.py", "Atari: the env's frames a second, the network's ceiling, SB3's A2C beside"),
     ("continuous.py", "continuous control: time to a target, or the score at a budget"),
     ("versus_sb3.py", "Stable-Baselines3 side by side on the same env and budget"),
-    ("sweep.py", "an Optuna search over a preset's settings"),
+    ("tune_vs_defaults.py", "`asyncrl tune`'s best setting against the defaults on new seeds"),
 ]  # fmt: skip
 
 

@@ -41,6 +41,7 @@ def test_the_site_builds_strict(site: Path) -> None:
         "asyncrl.load",
         "asyncrl.Policy",
         "asyncrl.Callback",
+        "asyncrl.tune.tune",
     ):
         assert f'id="{name}"' in api, f"the API reference lacks {name}"
 

@@ -343,18 +343,6 @@ def test_a_run_its_stop_rule_ended_holds_its_last_value_in_the_band():
     assert med[3] == pytest.approx(5.0)
 
 
-def test_a_sweep_scores_a_setting_over_its_seeds():
-    """benchmarks/sweep.py: the mean env steps to the target, an unsolved seed counting as
-    twice the budget; a setting becomes `asyncrl train` options."""
-    import sweep
-
-    runs = [{"solved": True, "solve_steps": 100}, {"solved": False, "solve_steps": None}]
-    assert sweep.score(runs, budget=1000) == (100 + 2000) / 2
-    assert sweep.options({"lr": 0.003, "t-max": 8, "algo": "appo"}) == [
-        "--lr", "0.003", "--t-max", "8", "--algo", "appo"
-    ]  # fmt: skip
-
-
 def test_the_a3c_hours_are_the_five_games_protocol_with_the_presets_a3c(tmp_path):
     """atari5-a3c must differ from atari5 only by --algo a3c: its figures sit beside APPO's."""
     appo, a3c = suite.SUITES["atari5"], suite.SUITES["atari5-a3c"]

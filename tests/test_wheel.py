@@ -1,5 +1,6 @@
-"""The wheel ships what the package reads at run time (the preset files): built from the
-checkout, installed into a new virtual environment outside it, it lists the presets and trains.
+"""The wheel ships what the package reads at run time (the presets, the tune's search spaces):
+built from the checkout, installed into a new virtual environment outside it, it lists the
+presets, finds the spaces and trains.
 
 The environment takes the dependencies (PyTorch, Gymnasium, ...) from the interpreter running
 the tests (``--system-site-packages``): installing them anew would download gigabytes; asyncrl
@@ -62,3 +63,10 @@ def test_the_wheel_installed_outside_the_checkout_lists_the_presets_and_trains(t
     )
     assert trained.returncode == 0, trained.stderr
     assert (away / "run" / "config.toml").is_file() and (away / "run" / "model.pt").is_file()
+    # asyncrl tune's default search spaces are package data too, each found by its rule
+    spaces = run(
+        "-c",
+        "from asyncrl.tune.space import default_space, shipped_spaces\n"
+        "print(len(shipped_spaces()), default_space('atari', 'appo').names)",
+    )
+    assert spaces.returncode == 0 and spaces.stdout.startswith("8 ("), spaces.stderr

@@ -1,5 +1,5 @@
-"""``asyncrl train | eval | export | plot | presets``. The train options are generated from
-:class:`Config`."""
+"""``asyncrl train | eval | export | plot | presets | tune``. The train options are generated
+from :class:`Config`."""
 
 from __future__ import annotations
 
@@ -97,19 +97,8 @@ def _debug(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="asyncrl", description="Asynchronous deep RL (A3C and friends) on CPUs.")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    t = sub.add_parser(
-        "train",
-        help="train an agent (default: A3C on CartPole-v1, all cores)",
-        formatter_class=_formatter,
-        usage="asyncrl train [--env ENV] [--algo ALGO] [--config FILE] [options]",
-        description="Train an agent. Settings come from the env's preset, then --config FILE, "
-        "then the options given here (docs/configuration.md).",
-    )
+def _train_arguments(t: argparse.ArgumentParser) -> None:
+    """``asyncrl train``'s arguments: the preset, a file, a resume and the config's options."""
     t.add_argument(
         "--preset",
         choices=PRESETS,
@@ -130,6 +119,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _debug(t)
     _add_config_options(t)
+
+
+class _TrainOptions(_Parser):
+    """``asyncrl train``'s options given to another command (``asyncrl tune ... -- OPTIONS``):
+    an error is a :class:`UserError` of that command's, not an exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"after --: {message} (the options of asyncrl train --help)")
+
+
+def parse_train_options(args: list[str]) -> argparse.Namespace:
+    """``asyncrl train``'s options (as :func:`resolve` takes them) from a list of arguments."""
+    parser = _TrainOptions(prog="asyncrl train", add_help=False)
+    _train_arguments(parser)
+    return parser.parse_args(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="asyncrl", description="Asynchronous deep RL (A3C and friends) on CPUs.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser(
+        "train",
+        help="train an agent (default: A3C on CartPole-v1, all cores)",
+        formatter_class=_formatter,
+        usage="asyncrl train [--env ENV] [--algo ALGO] [--config FILE] [options]",
+        description="Train an agent. Settings come from the env's preset, then --config FILE, "
+        "then the options given here (docs/configuration.md).",
+    )
+    _train_arguments(t)
 
     e = sub.add_parser("eval", help="mean and std of the return of a saved policy")
     e.add_argument("run_dir", metavar="RUN_DIR")
@@ -189,6 +209,76 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--window", type=int, default=100, help="rolling-mean window (default: 100)")
     _debug(pl)
+
+    tu = sub.add_parser(
+        "tune",
+        help="search a run's settings with Optuna; the best as a file for train --config",
+        formatter_class=_formatter,
+        usage="asyncrl tune --env ENV --trials N --run-dir DIR [--space FILE] [--steps N | "
+        "--time-limit T] [--seeds K] [--resume] [--ray-address ADDR] [--parallel K] "
+        "[-- TRAIN_OPTIONS]",
+        description="Search the settings of a run with Optuna (TPE, median pruning on the "
+        "runs' evaluations) and write the best as DIR/best.toml, which asyncrl train --config "
+        "reads. Options after -- are asyncrl train's (--config FILE among them): the part "
+        "every trial shares (docs/tune.md).",
+    )
+    tu.add_argument("--env", default=None, help="the env (default: CartPole-v1)")
+    tu.add_argument(
+        "--trials",
+        type=int,
+        required=True,
+        metavar="N",
+        help="finished trials (complete or pruned) the study holds at the end; with --resume, "
+        "the new total",
+    )
+    tu.add_argument(
+        "--run-dir", required=True, metavar="DIR", help="the tune's directory (a new one)"
+    )
+    tu.add_argument(
+        "--space",
+        metavar="FILE",
+        default=None,
+        help="the search space, a TOML file (default: the one shipped for the preset and "
+        "algorithm)",
+    )
+    budget = tu.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="each run's budget of env steps (default: the preset's)",
+    )
+    budget.add_argument(
+        "--time-limit",
+        default=None,
+        metavar="T",
+        help="each run's budget of time ('10m'): the objective counts seconds",
+    )
+    tu.add_argument(
+        "--seeds", type=int, default=1, metavar="K", help="runs a trial, one seed each (default: 1)"
+    )
+    tu.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the study in DIR (its own settings and space) up to --trials",
+    )
+    tu.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        default=None,
+        help="run trials as Ray actors on this cluster, one node's CPUs (or --workers) each; "
+        "'local': a cluster of its own on this machine",
+    )
+    tu.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="K",
+        help="trials at a time (default: 1; with --ray-address, as many as the cluster holds)",
+    )
+    tu.add_argument("train_args", nargs="*", metavar="-- TRAIN_OPTIONS", help=argparse.SUPPRESS)
+    _debug(tu)
 
     pr = sub.add_parser("presets", help="list the presets, or show one resolved for an env")
     pr.add_argument("name", metavar="NAME", nargs="?", default=None, help="the preset to show")
@@ -346,6 +436,55 @@ def _plot(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(ns: argparse.Namespace) -> int:
+    from asyncrl.tune import tune
+
+    fixed: list[str] = []
+    for flag, value in (("--env", ns.env), ("--steps", ns.steps), ("--time-limit", ns.time_limit)):
+        if value is not None:
+            if ns.resume:
+                raise UserError(
+                    f"{flag}: a resumed tune keeps its settings (kept in its study): drop {flag}"
+                )
+            fixed += [flag, str(value)]
+    for a in ns.train_args:
+        flag = a.split("=", 1)[0]
+        if flag in fixed[::2]:  # (the same option twice: which one would the trials get?)
+            raise UserError(f"after --: {flag}: given before the -- too; give it once")
+    with _terminate_as_interrupt():
+        result = tune(
+            ns.run_dir,
+            trials=ns.trials,
+            train_args=[*fixed, *ns.train_args],
+            space=ns.space,
+            seeds=ns.seeds,
+            resume=ns.resume,
+            ray_address=ns.ray_address,
+            parallel=ns.parallel,
+            echo=lambda line: print(line, flush=True),
+        )
+    return 0 if result["best_trial"] is not None else 1
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM as Ctrl-C: the tune stops the run under way cleanly, rather than leave it
+    running without its parent."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _presets(ns: argparse.Namespace) -> int:
     from asyncrl.configfile import config_toml
     from asyncrl.presets import describe
@@ -373,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         "export": _export,
         "plot": _plot,
         "presets": _presets,
+        "tune": _tune,
     }[ns.command]
     try:
         return handler(ns)
@@ -385,7 +525,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asyncrl {ns.command}: {e}", file=sys.stderr)
         return 128 + e.signum
     except KeyboardInterrupt:
-        print(f"asyncrl {ns.command}: interrupted", file=sys.stderr)
+        again = ""
+        if ns.command == "tune":  # the study keeps the finished trials
+            again = f"; asyncrl tune --resume --run-dir {ns.run_dir} --trials {ns.trials} goes on"
+        print(f"asyncrl {ns.command}: interrupted{again}", file=sys.stderr)
         return 130
     except TrainingError as e:
         if ns.debug and e.details:

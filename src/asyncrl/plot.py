@@ -1,6 +1,6 @@
 """Learning curves from ``episodes.csv`` (return against env steps and against wall time), with
 the evaluations of ``evaluations.csv`` over them, and, where the run has them, the learners'
-diagnostics from ``metrics.csv`` in a second figure."""
+diagnostics from ``metrics.csv`` in a second figure; and a tune's trials (``trials.png``)."""
 
 from __future__ import annotations
 
@@ -166,6 +166,54 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, window: int = 100) ->
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_trials(
+    trials: list[tuple[int, float | None, bool]],
+    out: Path,
+    label: str,
+    minimise: bool = True,
+    title: str = "",
+) -> Path:
+    """A tune's trials (``asyncrl tune``'s ``trials.png``): each finished trial's objective
+    against its number, the best so far as a line, the run's own setting (the ``baseline``
+    trial) as a dashed level, and the pruned trials (no value) as ticks along the bottom.
+    ``trials``: (number, value or None, baseline) triples."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
+
+    done = [(n, v) for n, v, _ in trials if v is not None]
+    pruned = [n for n, v, _ in trials if v is None]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    if done:
+        xs, ys = zip(*done, strict=True)
+        ax.plot(xs, ys, "o", ms=5, color="C0", label="trial")
+        line = [ys[0]]
+        for y in ys[1:]:
+            line.append(min(line[-1], y) if minimise else max(line[-1], y))
+        ax.step(xs, line, where="post", color="C1", lw=2, label="best so far")
+        for n, v, base in trials:
+            if base and v is not None:
+                ax.axhline(
+                    v, color="grey", ls="--", lw=1, label=f"the run's own setting (trial {n})"
+                )
+    if pruned:
+        bottom = blended_transform_factory(ax.transData, ax.transAxes)
+        ax.plot(pruned, [0.02] * len(pruned), "x", color="C3", transform=bottom, label="pruned")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(label)
+    ax.grid(alpha=0.3)
+    if trials:
+        ax.legend(fontsize=8, loc="best")
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def metrics_path(curve: Path) -> Path:
