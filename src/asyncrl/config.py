@@ -193,7 +193,7 @@ class Config(
                 f"with {want} actions"
             )
         need(
-            not self.normalize_obs or info.has_vectors,
+            not self.normalize_obs or info.has_vectors(self.net),
             "normalize-obs",
             f"{info.env_id} has {info.describe_obs()} observations; normalisation is for vector "
             "observations (images are scaled by 1/255 in the network)",

@@ -117,13 +117,14 @@ class EnvInfo:
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
 
-    @property
-    def has_vectors(self) -> bool:
+    def has_vectors(self, net: str = "auto") -> bool:
         """Whether some observation is a vector, which --normalize-obs normalises: a Box of
-        rank 1, or a vector leaf of a structured one."""
+        rank 1, or a vector leaf of a structured one (an image leaf too under ``--net mlp``,
+        which reads it as a vector)."""
         if self.obs_layout is None:
             return len(self.obs_shape) == 1
-        return any(leaf.kind == "vector" for leaf in self.obs_layout.leaves)
+        kinds = ("vector", "image") if net == "mlp" else ("vector",)
+        return any(leaf.kind in kinds for leaf in self.obs_layout.leaves)
 
     def describe_obs(self) -> str:
         """The observations in a few words: their shape, or their leaves' names and kinds."""

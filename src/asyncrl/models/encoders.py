@@ -284,10 +284,11 @@ class MultiInputEncoder(nn.Module):
     * each image leaf through a conv net of its own (:class:`ConvEncoder`, ``spec.encoder``),
       as an image, never flattened; with ``--net mlp`` (``spec.encoder == "mlp"``) image
       leaves are read as vectors instead;
-    * every other leaf into one MLP (``spec.hidden``), concatenated: vectors normalised by the
-      shared normaliser where ``--normalize-obs`` is on (the only leaves it normalises: its
-      statistics span the whole row, and each vector leaf reads its own columns), Discrete
-      leaves one-hot, MultiDiscrete ones one-hot per part, MultiBinary ones as floats.
+    * every other leaf into one MLP (``spec.hidden``), concatenated: vectors (and images read
+      as vectors) normalised by the shared normaliser where ``--normalize-obs`` is on (the
+      only leaves it normalises: its statistics span the whole row, and each leaf reads its
+      own columns), Discrete leaves one-hot, MultiDiscrete ones one-hot per part, MultiBinary
+      ones as floats.
 
     uint8 leaves are scaled by 1/255 as a uint8 Box observation is (:func:`as_float`), whatever
     the dtype of the row they were packed into; other leaves keep their values."""
@@ -339,7 +340,7 @@ class MultiInputEncoder(nn.Module):
                 return image if image.dtype == torch.uint8 else image.float() * (1.0 / 255.0)
             return image.float()
         x = part.float()
-        if leaf.kind == "vector" and self.norm is not None:
+        if leaf.kind in ("vector", "image") and self.norm is not None:  # (images: --net mlp)
             return self.norm.columns(x, leaf.offset)
         return x * (1.0 / 255.0) if leaf.dtype == "uint8" else x
 
