@@ -203,14 +203,14 @@ class ObsLayout:
         for leaf, v in zip(self.leaves, values, strict=True):
             if leaf.start and any(leaf.start):
                 v = v - np.asarray(leaf.start).reshape(leaf.shape)
-            out[..., leaf.offset : leaf.offset + leaf.size] = v.reshape(*batch, leaf.size)
+            out[..., leaf.offset : leaf.offset + leaf.size] = v.reshape((*batch, leaf.size))
         return out
 
     def leaf_values(self, rows: np.ndarray, leaf: ObsLeaf) -> np.ndarray:
         """``leaf``'s values in rows ``(..., size)`` as ``(..., *leaf.shape)`` in the packed
         dtype, stored values (Discrete ones from 0): a view."""
         part = rows[..., leaf.offset : leaf.offset + leaf.size]
-        return part.reshape(*rows.shape[:-1], *leaf.shape)
+        return part.reshape((*rows.shape[:-1], *leaf.shape))
 
     def unpack(self, rows: np.ndarray) -> Any:
         """The observation (or batch) that :meth:`pack` made ``rows`` from: dicts and tuples
@@ -220,8 +220,8 @@ class ObsLayout:
         tree: dict[Any, Any] = {}
         for leaf in self.leaves:
             v = self.leaf_values(rows, leaf)
-            if leaf.start and any(leaf.start):
-                v = v.astype(np.int64) + np.asarray(leaf.start).reshape(leaf.shape)
+            if leaf.start and any(leaf.start):  # (an array, where a 0-d sum gives a scalar)
+                v = np.asarray(v.astype(np.int64) + np.asarray(leaf.start).reshape(leaf.shape))
             if v.dtype != np.dtype(leaf.dtype):
                 v = v.astype(leaf.dtype)
             if not leaf.path:
