@@ -327,3 +327,25 @@ def test_minigrid_trains_from_its_image_and_direction_with_the_mission_left_out(
     assert policy.spec.encoder == "minatar"  # the 7x7 view through MinAtar's small conv net
     obs, _ = gym.make(env).reset(seed=0)
     assert policy.act(obs) in range(7)  # the mission text in the dict is ignored
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(algo="appo"),
+        dict(algo="appo", vtrace=True, core="gru"),
+        dict(algo="nstep-q"),
+        dict(algo="onestep-sarsa"),
+        dict(algo="a3c", core="lstm", prev_action_reward=True, normalize_obs=True),
+    ],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_every_algorithm_and_core_runs_on_a_dict_observation(options, run_dir):
+    summary = asyncrl.train(
+        env=CUE, backend="threads", workers=1, envs_per_worker=4, steps=400, eval_every=0,
+        stop_on="train", run_dir=str(run_dir), progress=False, tensorboard=False, **options,
+    )  # fmt: skip
+    assert summary["total_steps"] >= 400 and summary["nonfinite_updates"] == 0, summary
+    policy = asyncrl.load(run_dir)
+    obs, _ = gym.make(CUE.partition(":")[2]).reset(seed=0)
+    assert policy.act(obs, reward=0.0) in range(3)

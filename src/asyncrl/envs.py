@@ -324,8 +324,9 @@ def probe_env(
     if action is None:
         raise UserError(
             f"--env: {env_id} has a {type(act_space).__name__} action space; asyncrl takes "
-            "Discrete and Box actions (a MultiDiscrete action space needs a wrapper that maps "
-            "it to Discrete)"
+            "Discrete and Box actions (flatten others with a wrapper, e.g. "
+            "gymnasium.wrappers.FlattenObservation for observations; a MultiDiscrete action "
+            "space needs a wrapper that maps it to Discrete)"
         )
     layout = obs_layout(obs_space, obs_keys, env_id)
     if layout is not None:

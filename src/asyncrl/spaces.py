@@ -234,26 +234,34 @@ class ObsLayout:
 
 
 def _lookup(obs: Any, leaf: ObsLeaf) -> Any:
+    """``leaf``'s value in the observation ``obs`` (every env step: the message is made only
+    for a misfit)."""
     node = obs
     for depth, key in enumerate(leaf.path):
-        where = ".".join(str(k) for k in leaf.path[:depth]) or "the observation"
         if isinstance(key, int):
-            if not isinstance(node, Sequence) or isinstance(node, str | bytes):
+            fits = isinstance(node, Sequence) and not isinstance(node, str | bytes)
+            if not fits:
                 raise ValueError(
-                    f"{where} should be a tuple (for {leaf.name}), got a {_kind(node)}"
+                    f"{_where(leaf, depth)} should be a tuple (for {leaf.name}), got a "
+                    f"{type(node).__name__}"
                 )
             if key >= len(node):
-                raise ValueError(f"{where} has {len(node)} entries; {leaf.name} needs {key + 1}")
-        elif not isinstance(node, Mapping):
-            raise ValueError(f"{where} should be a dict (for {leaf.name}), got a {_kind(node)}")
-        elif key not in node:
-            raise ValueError(f"{where} has no key {key!r} (keys: {', '.join(map(str, node))})")
+                raise ValueError(
+                    f"{_where(leaf, depth)} has {len(node)} entries; {leaf.name} needs {key + 1}"
+                )
+        elif not isinstance(node, Mapping) or key not in node:
+            what = (
+                f"has no key {key!r} (keys: {', '.join(map(str, node))})"
+                if isinstance(node, Mapping)
+                else f"should be a dict (for {leaf.name}), got a {type(node).__name__}"
+            )
+            raise ValueError(f"{_where(leaf, depth)} {what}")
         node = node[key]
     return node
 
 
-def _kind(x: Any) -> str:
-    return type(x).__name__
+def _where(leaf: ObsLeaf, depth: int) -> str:
+    return ".".join(str(k) for k in leaf.path[:depth]) or "the observation"
 
 
 def _as_tuples(tree: dict[Any, Any]) -> Any:
