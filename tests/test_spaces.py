@@ -185,7 +185,8 @@ def test_the_vector_env_gives_packed_rows_and_pickles_for_a_checkpoint():
         obs, _ = envs.reset(seed=[1, 2, 3])
         assert obs.shape == (3, 115) and obs.dtype == np.float32
         assert set(np.unique(obs[:, 0])) <= {0.0, 1.0, 2.0}  # the cue, from 0
-        assert dump_vec_env(envs) is not None
+        # (the packing wrapper is a class of asyncrl's: the checkpoint's loader takes it)
+        assert dump_vec_env(envs, CUE) is not None
     finally:
         envs.close()
 
@@ -299,6 +300,8 @@ def test_a_run_on_a_dict_env_trains_and_its_policy_acts_on_the_env_s_dicts(backe
     if backend == "threads":  # the stored rows follow the keys: a resume keeps them
         with pytest.raises(UserError, match="--obs-keys: a resumed run goes on with its own env"):
             asyncrl.train(resume=str(run_dir), obs_keys=("cue",))
+        resumed = asyncrl.train(resume=str(run_dir), steps=2_500, eval_every=0)
+        assert resumed["resumed"] and resumed["total_steps"] >= 2_500
 
 
 def test_a_pack_wrapper_keeps_the_env_s_other_behaviour():
@@ -327,6 +330,12 @@ def test_minigrid_trains_from_its_image_and_direction_with_the_mission_left_out(
     assert policy.spec.encoder == "minatar"  # the 7x7 view through MinAtar's small conv net
     obs, _ = gym.make(env).reset(seed=0)
     assert policy.act(obs) in range(7)  # the mission text in the dict is ignored
+    # its mission space names a function, which a checkpoint's env state may not: the
+    # workers' envs are left out of it (fresh ones on resume), and the run resumes
+    envs = make_vec_env(env, 2, 0, None, info.obs_layout)
+    assert dump_vec_env(envs) is not None and dump_vec_env(envs, env) is None
+    envs.close()
+    assert main(["train", "--resume", str(run_dir), "--steps", "1200", "--no-progress"]) == 0
 
 
 @pytest.mark.parametrize(

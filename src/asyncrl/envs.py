@@ -33,7 +33,7 @@ import numpy as np
 
 from asyncrl import atari
 from asyncrl.errors import UserError
-from asyncrl.spaces import ObsLayout, PackObservation, obs_layout, pack_wrapper
+from asyncrl.spaces import ObsLayout, PackObservation, PackWrapper, obs_layout
 
 
 @dataclass(frozen=True)
@@ -421,7 +421,7 @@ def make_vec_env(
             spec.id,
             num_envs=num_envs,
             vectorization_mode="sync",
-            wrappers=[pack_wrapper(layout)],
+            wrappers=[PackWrapper(layout)],
             **kwargs or {},
         )
         return _next_step_autoreset(env, env_id)
@@ -476,23 +476,34 @@ def reset_vec_env(env: gym.vector.VectorEnv, env_seeds: list[int]) -> Any:
     return obs
 
 
-def dump_vec_env(env: gym.vector.VectorEnv) -> bytes | None:
+def dump_vec_env(env: gym.vector.VectorEnv, env_id: str | None = None) -> bytes | None:
     """The vector env's whole state as bytes for a checkpoint, or None if it cannot be pickled
     (an emulator in C++, say: such a worker resumes with fresh env state).
 
     SyncVectorEnv keeps the factory functions it was built from (often lambdas, which pickle
-    cannot take); they are not needed once the envs exist, so they are left out.
+    cannot take); they are not needed once the envs exist, so they are left out. With
+    ``env_id``, a state that the checkpoint's loader would refuse (it names a function, as
+    MiniGrid's mission space does: :func:`asyncrl.checkpoint.check_env_state`) is left out
+    too, rather than making the whole checkpoint one that cannot be resumed.
     """
     fns = getattr(env, "env_fns", None)
     try:
         if fns is not None:
             setattr(env, "env_fns", None)  # noqa: B010
-        return pickle.dumps(env)
+        data = pickle.dumps(env)
     except Exception:
         return None
     finally:
         if fns is not None:
             setattr(env, "env_fns", fns)  # noqa: B010
+    if env_id is not None:
+        from asyncrl.checkpoint import check_env_state
+
+        try:
+            check_env_state(data, env_id)
+        except Exception:
+            return None
+    return data
 
 
 def make_eval_env(

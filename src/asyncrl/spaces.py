@@ -45,7 +45,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -436,7 +435,14 @@ class PackObservation(gym.ObservationWrapper):
         return self.layout.pack(observation)
 
 
-def pack_wrapper(layout: ObsLayout) -> partial[PackObservation]:
-    """The wrapper as ``gymnasium.make_vec(wrappers=...)`` takes it: a partial of a class, which
-    pickles (a vector env is pickled whole into a checkpoint)."""
-    return partial(PackObservation, layout=layout)
+@dataclass(frozen=True)
+class PackWrapper:
+    """:class:`PackObservation` as ``gymnasium.make_vec(wrappers=...)`` takes it: a callable
+    that wraps an env. A class of asyncrl's, not a ``functools.partial``: the vector env keeps
+    it, and is pickled whole into a checkpoint, whose env states may name classes of the env
+    packages only (:func:`asyncrl.checkpoint.check_env_state`)."""
+
+    layout: ObsLayout
+
+    def __call__(self, env: gym.Env) -> PackObservation:
+        return PackObservation(env, self.layout)

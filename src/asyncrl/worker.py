@@ -276,7 +276,7 @@ class Worker:
             "rng": self.rng.bit_generator.state,
             "algo": self.algo.worker_state(),
             # an env that cannot be pickled resumes with fresh env state
-            "envs": dump_vec_env(self.envs),
+            "envs": dump_vec_env(self.envs, self.cfg.env),
             "obs": self.obs.copy(),
             "prev_done": self.prev_done.copy(),
             "first": self.first.copy(),
