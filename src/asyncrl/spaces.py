@@ -28,7 +28,8 @@ where every leaf fits in it exactly (MiniGrid's image and its ``Discrete(4)`` di
 
 **The encoder sees each leaf's structure.** The network unpacks each leaf from the row into its
 own shape (a view and a reshape, no copy: :class:`asyncrl.models.MultiInputEncoder`): an image
-leaf reaches the conv encoder as an image, never flattened. The layout travels in the model's
+leaf reaches the conv encoder as an image, never flattened (unless ``--net mlp`` asks for an
+MLP on every leaf). The layout travels in the model's
 spec (:attr:`asyncrl.models.ModelSpec.obs_leaves`), so a checkpoint rebuilds both the network
 and the packing, and :meth:`asyncrl.Policy.act` packs a ``Dict`` or ``Tuple`` observation with
 it.
