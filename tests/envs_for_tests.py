@@ -237,3 +237,72 @@ gym.register(
     max_episode_steps=10,
     kwargs={"shape": (10, 10, 4), "dtype": "bool"},
 )
+
+
+# ---------------------------------------------------------------- structured observations
+class DictCueEnv(gym.Env):
+    """A Dict observation with a leaf of every kind, a Tuple nested inside: an image (uint8,
+    6x6x3), a vector (float32), ``cue`` (Discrete(3) from start 1) and ``extra`` = (MultiBinary,
+    {"k": MultiDiscrete}). Each step pays 1 when the action is ``cue - 1``; every other leaf is
+    noise, drawn afresh each step (the image's dim, below 32 of 255: a learning test's budget
+    stays small). Only a policy that reads the ``cue`` leaf beats chance: 10 an episode of 10
+    steps, where guessing gets 3.3."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Dict(
+            {
+                "image": gym.spaces.Box(0, 255, (6, 6, 3), np.uint8),
+                "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "cue": gym.spaces.Discrete(3, start=1),
+                "extra": gym.spaces.Tuple(
+                    (
+                        gym.spaces.MultiBinary(2),
+                        gym.spaces.Dict({"k": gym.spaces.MultiDiscrete([2, 3])}),
+                    )
+                ),
+            }
+        )
+        self.action_space = gym.spaces.Discrete(3)
+        self.cue = 1
+
+    def _obs(self):
+        obs = self.observation_space.sample()  # noise, from the space's own generator
+        obs["image"] //= 8
+        self.cue = int(self.np_random.integers(1, 4))
+        obs["cue"] = self.cue
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(int(self.np_random.integers(2**31)))
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.cue - 1)
+        return self._obs(), reward, False, False, {}
+
+
+gym.register("asyncrl-test/DictCue-v0", entry_point=DictCueEnv, max_episode_steps=10)
+
+
+class DictTextEnv(CounterEnv):
+    """CounterEnv's observation as the ``count`` key of a Dict, beside a ``note`` Text leaf,
+    which asyncrl cannot encode (``--obs-keys count`` leaves it out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Dict(
+            {"count": self.observation_space, "note": gym.spaces.Text(8)}
+        )
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed)
+        return {"count": obs, "note": "hello"}, info
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        return {"count": obs, "note": "hello"}, *rest
+
+
+gym.register("asyncrl-test/DictText-v0", entry_point=DictTextEnv, max_episode_steps=3)

@@ -306,7 +306,9 @@ def resolve(ns: argparse.Namespace) -> tuple[Config, EnvInfo]:
     from_file = read_config_file(ns.config) if ns.config is not None else {}
     given = {**from_file, **cli}
     env = given.get("env", Config.env)
-    info = probe_env(env, parse_env_kwargs(given.get("env_kwargs", ())))
+    info = probe_env(
+        env, parse_env_kwargs(given.get("env_kwargs", ())), tuple(given.get("obs_keys", ()))
+    )
     try:
         return preset(ns.preset, info=info, **given).validate().check_env(info), info
     except UserError as e:  # a value of the file's: name the file and its key

@@ -193,9 +193,9 @@ class Config(
                 f"with {want} actions"
             )
         need(
-            not self.normalize_obs or len(info.obs_shape) == 1,
+            not self.normalize_obs or info.has_vectors(self.net),
             "normalize-obs",
-            f"{info.env_id} has {info.obs_shape} observations; normalisation is for vector "
+            f"{info.env_id} has {info.describe_obs()} observations; normalisation is for vector "
             "observations (images are scaled by 1/255 in the network)",
         )
         need(

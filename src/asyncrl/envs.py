@@ -11,7 +11,11 @@ exactly what a truncated episode must bootstrap from -- and masks out the reset 
 
 The spaces drive the data: :class:`EnvInfo` carries the observation shape and dtype and the
 action space, and the rollout buffer, the network's encoder and the action distribution are
-built from them (uint8 images stay uint8 until the network divides them by 255).
+built from them (uint8 images stay uint8 until the network divides them by 255). A ``Dict`` or
+``Tuple`` observation (or a ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` one) is packed
+into one row an env step by a wrapper on each env, its layout (:mod:`asyncrl.spaces`) in
+:attr:`EnvInfo.obs_layout`: the env factories here apply it, so a worker, an evaluation and a
+video all step envs whose observations are the rows.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 
 from asyncrl import atari
 from asyncrl.errors import UserError
+from asyncrl.spaces import ObsLayout, PackObservation, PackWrapper, obs_layout
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,30 @@ class EnvInfo:
     preset: str = "cartpole"
     #: the ``gymnasium.make`` arguments the env was probed with (--env-kwargs)
     env_kwargs: tuple[tuple[str, Any], ...] = ()
+    #: the top-level keys of a Dict observation the env was probed with (--obs-keys; (): all)
+    obs_keys: tuple[str, ...] = ()
+    #: a structured observation's leaves, packed into rows of ``obs_shape`` (``(size,)``) and
+    #: ``obs_dtype``; None: a Box, stored as it is
+    obs_layout: ObsLayout | None = None
 
     @property
     def obs_dim(self) -> int:
         return int(np.prod(self.obs_shape))
+
+    def has_vectors(self, net: str = "auto") -> bool:
+        """Whether some observation is a vector, which --normalize-obs normalises: a Box of
+        rank 1, or a vector leaf of a structured one (an image leaf too under ``--net mlp``,
+        which reads it as a vector)."""
+        if self.obs_layout is None:
+            return len(self.obs_shape) == 1
+        kinds = ("vector", "image") if net == "mlp" else ("vector",)
+        return any(leaf.kind in kinds for leaf in self.obs_layout.leaves)
+
+    def describe_obs(self) -> str:
+        """The observations in a few words: their shape, or their leaves' names and kinds."""
+        if self.obs_layout is None:
+            return str(self.obs_shape)
+        return ", ".join(f"{leaf.describe()} ({leaf.kind})" for leaf in self.obs_layout.leaves)
 
     @property
     def n_actions(self) -> int:
@@ -155,6 +180,16 @@ def _import_prefix(env_id: str) -> str:
             ) from None
         if plain not in gym.registry:
             minatar.gym.register_envs()
+    if plain.startswith(("MiniGrid-", "BabyAI-")) and plain not in gym.registry:
+        try:
+            import minigrid  # registers its envs on import
+        except ImportError:
+            raise UserError(
+                f"--env: {plain} needs MiniGrid; install the extra: "
+                "pip install -c constraints.txt -e '.[minigrid]'"
+            ) from None
+        if plain not in gym.registry:
+            minigrid.register_minigrid_envs()
     return plain
 
 
@@ -243,9 +278,13 @@ def preset_for(
     return "cartpole"
 
 
-def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
+def probe_env(
+    env_id: str, kwargs: dict[str, Any] | None = None, obs_keys: tuple[str, ...] = ()
+) -> EnvInfo:
     """Build the env once to read its spaces; reject spaces no algorithm can handle. Whether
-    the algorithm takes the action space is the algorithm's call (``Algorithm.check``).
+    the algorithm takes the action space is the algorithm's call (``Algorithm.check``). A
+    structured observation gets its layout (``obs_keys``: the Dict keys to keep; all by
+    default), and its leaves are checked here (:func:`asyncrl.spaces.obs_layout`).
 
     One probe per run: on Atari it builds the emulator's vector env. Its :class:`EnvInfo` also
     names the preset the env calls for, so whoever probed first hands it on (the CLI to
@@ -289,22 +328,30 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
             "gymnasium.wrappers.FlattenObservation for observations; a MultiDiscrete action "
             "space needs a wrapper that maps it to Discrete)"
         )
-    if not isinstance(obs_space, gym.spaces.Box) or obs_space.shape is None:
-        raise UserError(
-            f"--env: {env_id} has a {type(obs_space).__name__} observation space; asyncrl "
-            "supports Box observations (wrap the env with gymnasium.wrappers.FlattenObservation)"
-        )
-    obs = np.asarray(obs)
-    if obs.shape != obs_space.shape or not np.can_cast(obs.dtype, obs_space.dtype, "same_kind"):
-        raise UserError(
-            f"--env: {env_id} returned an observation of shape {obs.shape} and dtype {obs.dtype}"
-            f", but its observation_space declares {obs_space.shape} {obs_space.dtype}; fix the "
-            "env or wrap it so the two agree"
-        )
+    layout = obs_layout(obs_space, obs_keys, env_id)
+    if layout is not None:
+        try:
+            layout.pack(obs)
+        except ValueError as e:
+            raise UserError(
+                f"--env: {env_id} returned an observation that does not fit its "
+                f"observation_space ({e}); fix the env or wrap it so the two agree"
+            ) from None
+        obs_shape, obs_dtype = (layout.size,), layout.dtype
+    else:
+        obs = np.asarray(obs)
+        declared = obs_space.shape
+        if obs.shape != declared or not np.can_cast(obs.dtype, obs_space.dtype, "same_kind"):
+            raise UserError(
+                f"--env: {env_id} returned an observation of shape {obs.shape} and dtype "
+                f"{obs.dtype}, but its observation_space declares {declared} "
+                f"{obs_space.dtype}; fix the env or wrap it so the two agree"
+            )
+        obs_shape, obs_dtype = tuple(obs_space.shape), np.dtype(obs_space.dtype).name
     return EnvInfo(
         env_id=env_id,
-        obs_shape=tuple(obs_space.shape),
-        obs_dtype=np.dtype(obs_space.dtype).name,
+        obs_shape=obs_shape,
+        obs_dtype=obs_dtype,
         action=action,
         reward_threshold=spec.reward_threshold,
         max_episode_steps=spec.max_episode_steps,
@@ -312,19 +359,31 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
         reward_clip=atari.REWARD_CLIP if is_atari(spec) else 0.0,
         preset=preset_for(spec, action) or "cartpole",
         env_kwargs=tuple(sorted((kwargs or {}).items())),
+        obs_keys=tuple(obs_keys),
+        obs_layout=layout,
     )
 
 
-def probed(info: EnvInfo | None, env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
+def probed(
+    info: EnvInfo | None,
+    env_id: str,
+    kwargs: dict[str, Any] | None = None,
+    obs_keys: tuple[str, ...] = (),
+) -> EnvInfo:
     """``info``, the probe a caller made of ``env_id`` already, or (None) a probe of it now."""
     if info is None:
-        return probe_env(env_id, kwargs)
+        return probe_env(env_id, kwargs, obs_keys)
     if info.env_id != env_id:
         raise UserError(f"info: a probe of {info.env_id!r}, but the run's env is {env_id!r}")
     if dict(info.env_kwargs) != (kwargs or {}):
         raise UserError(
             f"info: a probe of {env_id} with env kwargs {dict(info.env_kwargs)}, but the run "
             f"gives it {kwargs or {}}: probe it with the run's --env-kwargs"
+        )
+    if info.obs_keys != tuple(obs_keys):
+        raise UserError(
+            f"info: a probe of {env_id} with --obs-keys {' '.join(info.obs_keys) or '(all)'}, "
+            f"but the run gives {' '.join(obs_keys) or '(all)'}: probe it with the run's --obs-keys"
         )
     return info
 
@@ -344,14 +403,35 @@ def env_seeds(seed: int, worker_id: int, incarnation: int, num_envs: int) -> tup
 
 
 def make_vec_env(
-    env_id: str, num_envs: int, seed: int = 0, kwargs: dict[str, Any] | None = None
+    env_id: str,
+    num_envs: int,
+    seed: int = 0,
+    kwargs: dict[str, Any] | None = None,
+    layout: ObsLayout | None = None,
 ) -> gym.vector.VectorEnv:
-    """``num_envs`` copies of the env, natively vectorized where the env offers it."""
+    """``num_envs`` copies of the env, natively vectorized where the env offers it. With
+    ``layout`` (:attr:`EnvInfo.obs_layout`), each env's structured observations are packed
+    into rows before vectorization (:class:`asyncrl.spaces.PackObservation`): separate envs
+    then, since gymnasium's wrappers go on single envs."""
     spec = env_spec(env_id)
     if is_atari(spec):
         return atari.make_atari_vec_env(spec.id, num_envs, seed, **atari.env_overrides(kwargs))
+    if layout is not None:
+        env = gym.make_vec(
+            spec.id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            wrappers=[PackWrapper(layout)],
+            **kwargs or {},
+        )
+        return _next_step_autoreset(env, env_id)
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
     env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode, **kwargs or {})
+    return _next_step_autoreset(env, env_id)
+
+
+def _next_step_autoreset(env: gym.vector.VectorEnv, env_id: str) -> gym.vector.VectorEnv:
+    """``env``, checked to autoreset in next-step mode (the worker's rollout relies on it)."""
     autoreset = env.metadata.get("autoreset_mode")
     if autoreset is not None and autoreset != gym.vector.AutoresetMode.NEXT_STEP:
         raise RuntimeError(f"{env_id}: expected next-step autoreset, got {autoreset}")
@@ -366,16 +446,21 @@ EVAL_WAVE = 128
 
 
 def make_eval_vec_env(
-    env_id: str, episodes: int, seed: int = 0, kwargs: dict[str, Any] | None = None
+    env_id: str,
+    episodes: int,
+    seed: int = 0,
+    kwargs: dict[str, Any] | None = None,
+    layout: ObsLayout | None = None,
 ) -> gym.vector.VectorEnv:
     """Evaluation envs stepped together to play ``episodes`` episodes in waves (of at most
     :data:`EVAL_WAVE_ATARI` or :data:`EVAL_WAVE` envs): on Atari, copies of
     :func:`make_eval_env` (whole games, raw scores); elsewhere the training's vector env
     (natively vectorized where the env offers it: a tenth of the cost a step of separate
-    envs has on CartPole)."""
+    envs has on CartPole). ``layout``: the observations packed into rows, as training's are
+    (:func:`make_vec_env`)."""
     spec = env_spec(env_id)
     if not is_atari(spec):
-        return make_vec_env(env_id, min(episodes, EVAL_WAVE), seed, kwargs)
+        return make_vec_env(env_id, min(episodes, EVAL_WAVE), seed, kwargs, layout)
     fns = [lambda: make_eval_env(env_id, seed, None, kwargs)] * min(episodes, EVAL_WAVE_ATARI)
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
 
@@ -391,23 +476,34 @@ def reset_vec_env(env: gym.vector.VectorEnv, env_seeds: list[int]) -> Any:
     return obs
 
 
-def dump_vec_env(env: gym.vector.VectorEnv) -> bytes | None:
+def dump_vec_env(env: gym.vector.VectorEnv, env_id: str | None = None) -> bytes | None:
     """The vector env's whole state as bytes for a checkpoint, or None if it cannot be pickled
     (an emulator in C++, say: such a worker resumes with fresh env state).
 
     SyncVectorEnv keeps the factory functions it was built from (often lambdas, which pickle
-    cannot take); they are not needed once the envs exist, so they are left out.
+    cannot take); they are not needed once the envs exist, so they are left out. With
+    ``env_id``, a state that the checkpoint's loader would refuse (it names a function, as
+    MiniGrid's mission space does: :func:`asyncrl.checkpoint.check_env_state`) is left out
+    too, rather than making the whole checkpoint one that cannot be resumed.
     """
     fns = getattr(env, "env_fns", None)
     try:
         if fns is not None:
             setattr(env, "env_fns", None)  # noqa: B010
-        return pickle.dumps(env)
+        data = pickle.dumps(env)
     except Exception:
         return None
     finally:
         if fns is not None:
             setattr(env, "env_fns", fns)  # noqa: B010
+    if env_id is not None:
+        from asyncrl.checkpoint import check_env_state
+
+        try:
+            check_env_state(data, env_id)
+        except Exception:
+            return None
+    return data
 
 
 def make_eval_env(
@@ -415,9 +511,11 @@ def make_eval_env(
     seed: int,
     render_mode: str | None = None,
     kwargs: dict[str, Any] | None = None,
+    layout: ObsLayout | None = None,
 ) -> gym.Env:
     """One env for evaluation (and video): whole games and raw scores on Atari, FIRE pressed
-    after a lost life (:class:`asyncrl.atari.FireReset`)."""
+    after a lost life (:class:`asyncrl.atari.FireReset`). ``layout``: its observations packed
+    into rows, as training's are (:func:`make_vec_env`)."""
     spec = env_spec(env_id)
     if is_atari(spec):
         return atari.make_atari_env(
@@ -431,4 +529,5 @@ def make_eval_env(
     kw = dict(kwargs or {})
     if render_mode is not None:
         kw["render_mode"] = render_mode
-    return gym.make(spec.id, **kw)
+    env = gym.make(spec.id, **kw)
+    return env if layout is None else PackObservation(env, layout)

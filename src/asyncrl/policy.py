@@ -64,16 +64,27 @@ class Policy:
     @torch.no_grad()
     def act(
         self,
-        obs: np.ndarray,
+        obs: Any,
         deterministic: bool = True,
         rng: np.random.Generator | None = None,
         first: np.ndarray | None = None,
         reward: np.ndarray | float | None = None,
+        *,
+        packed: bool = False,
     ) -> np.ndarray | int:
         """Action(s) for one observation (shape ``obs_shape``) or a batch (``(N, *obs_shape)``),
         one env per row; the core's state starts from zero after :meth:`reset` (or when the
         batch size changes), and for the rows where ``first`` (``(N,)`` booleans) says an
         episode starts with this observation, as training marks them.
+
+        A policy trained on a structured observation (a ``Dict`` or ``Tuple``, or a
+        ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` one: ``spec.obs_layout``) takes one
+        as the env gives it -- a dict (or tuple) of the leaves, or a batch of them: each leaf
+        with a leading batch axis -- and packs it into the rows it learnt from
+        (:meth:`asyncrl.spaces.ObsLayout.pack`; keys left out by ``--obs-keys`` are ignored).
+        ``packed=True``: ``obs`` are those rows already, ``(size,)`` or ``(N, size)``, as its
+        training and evaluation envs give them (an array given for a ``Dict`` or ``Tuple``
+        observation is read so too).
 
         ``reward``: the raw reward each env's last step gave (one number for a single
         observation). A policy whose core takes the previous action and reward
@@ -86,6 +97,16 @@ class Policy:
         come as the env takes them: clipped to the bounds, or squashed into them by tanh for a
         policy trained with ``--squash``.
         """
+        layout = self.spec.obs_layout
+        array = isinstance(obs, np.ndarray | torch.Tensor)
+        if layout is not None and not packed and (layout.leaves[0].path == () or not array):
+            try:
+                obs = layout.pack(obs)
+            except ValueError as e:
+                raise UserError(
+                    f"Policy.act: the observation does not fit the policy's (leaves "
+                    f"{', '.join(layout.names)}): {e}"
+                ) from None
         x = torch.as_tensor(np.asarray(obs, dtype=np.dtype(self.spec.obs_dtype)))
         single = tuple(x.shape) == tuple(self.spec.obs_shape)
         if not single and tuple(x.shape[1:]) != tuple(self.spec.obs_shape):
@@ -146,17 +167,24 @@ class Policy:
         deterministic: bool = True,
         rng: np.random.Generator | None = None,
         reward: np.ndarray | None = None,
+        *,
+        packed: bool = False,
     ) -> Any:
-        """:meth:`act` for the rows ``rows`` (indices) of the batch ``obs`` alone (the envs
-        still in their episode), each from its own core state (and ``reward``'s rows, where
-        given); the other rows' states stay as they were."""
+        """:meth:`act` for the rows ``rows`` (indices) of the batch ``obs`` (an array) alone
+        (the envs still in their episode), each from its own core state (and ``reward``'s
+        rows, where given); the other rows' states stay as they were. ``packed``: as
+        :meth:`act`'s."""
         state = self.state if self.state is not None else self.model.initial_state(len(obs))
         last = self.last_action
         idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
         self.state = state[idx]
         self.last_action = None if last is None else last[rows]
         actions = self.act(
-            obs[rows], deterministic, rng, reward=None if reward is None else reward[rows]
+            obs[rows],
+            deterministic,
+            rng,
+            reward=None if reward is None else reward[rows],
+            packed=packed,
         )
         assert self.state is not None  # act leaves the rows' new states
         self.state = state.index_copy(0, idx, self.state)
@@ -215,13 +243,13 @@ def play_episodes(
                     raise Stopped
                 if separate:
                     rows = np.flatnonzero(live)
-                    actions = policy.act_rows(obs, rows, deterministic, rng, rewards)
+                    actions = policy.act_rows(obs, rows, deterministic, rng, rewards, packed=True)
                     for i, a in zip(rows, actions, strict=True):
                         obs[i], rewards[i], term, trunc, _ = envs.envs[i].step(a)
                         totals[i] += float(rewards[i])
                         live[i] = not (term or trunc)
                 else:
-                    actions = policy.act(obs, deterministic, rng, reward=rewards)
+                    actions = policy.act(obs, deterministic, rng, reward=rewards, packed=True)
                     obs, rewards, term, trunc, _ = envs.step(actions)
                     totals += np.where(live, rewards, 0.0)
                     live &= ~(term | trunc)
@@ -317,11 +345,15 @@ def evaluate(
     check_evaluation(episodes, seed)
     policy = load(run_dir, which)
     if not deterministic and policy.spec.kind != "actor-critic":
-        policy.act(np.zeros(policy.spec.obs_shape), deterministic=False)  # the clear refusal
+        # the clear refusal
+        zeros = np.zeros(policy.spec.obs_shape, policy.spec.obs_dtype)
+        policy.act(zeros, deterministic=False, packed=True)
     rng = np.random.default_rng(seed)
     if video is None:
         with _runnable(policy.env_id):
-            envs = make_eval_vec_env(policy.env_id, episodes, seed, policy.env_kwargs)
+            envs = make_eval_vec_env(
+                policy.env_id, episodes, seed, policy.env_kwargs, policy.spec.obs_layout
+            )
         try:
             return play_episodes(
                 policy, envs, [seed + i for i in range(episodes)], deterministic, rng
@@ -331,7 +363,9 @@ def evaluate(
     writer = _video_writer(Path(video), policy.env_id)
     try:
         with _runnable(policy.env_id):
-            env = make_eval_env(policy.env_id, seed, "rgb_array", policy.env_kwargs)
+            env = make_eval_env(
+                policy.env_id, seed, "rgb_array", policy.env_kwargs, policy.spec.obs_layout
+            )
             env.reset(seed=seed)
             env.render()  # fails here, not mid-file, if the env cannot render
     except UserError:
@@ -346,7 +380,7 @@ def evaluate(
             total, done, last = 0.0, False, 0.0
             while not done:
                 writer.append_data(_frame(env.render()))
-                action = policy.act(obs, deterministic, rng, reward=last)
+                action = policy.act(obs, deterministic, rng, reward=last, packed=True)
                 obs, r, term, trunc, _ = env.step(action)
                 last = float(r)
                 total += last

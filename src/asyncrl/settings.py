@@ -181,6 +181,13 @@ class EnvSettings:
     """Gymnasium environment id (or module:EnvId to import the module that registers it)"""
     env_kwargs: tuple[str, ...] = ()
     """KEY=VALUE arguments for gymnasium.make, values as literals (e.g. continuous=true)"""
+    obs_keys: tuple[str, ...] = ()
+    """the keys of a Dict observation to read (default: all), e.g. image direction
+
+    Each key's space becomes a leaf of the network's input: an image Box through the conv
+    encoder, another Box through the MLP, Discrete and MultiDiscrete one-hot, MultiBinary as
+    floats. Leave out what asyncrl cannot encode, such as MiniGrid's mission text
+    (docs/spaces.md)."""
 
     @property
     def env_kwargs_dict(self) -> dict[str, Any]:
@@ -190,6 +197,11 @@ class EnvSettings:
 
     def check(self, ctx: CheckContext) -> None:
         self.env_kwargs_dict  # noqa: B018 (raises the UserError for a malformed pair)
+        # (whether the keys are the observation's own is the env's probe's check)
+        if isinstance(self.obs_keys, str):  # obs_keys="image" would be read letter by letter
+            need(False, "obs-keys", f"a tuple of keys, got the string {self.obs_keys!r}")
+        twice = sorted({k for k in self.obs_keys if list(self.obs_keys).count(k) > 1})
+        need(not twice, "obs-keys", f"{', '.join(twice)} given twice: give each key once")
 
 
 @dataclass

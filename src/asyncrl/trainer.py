@@ -275,10 +275,10 @@ def _config(
         if cfg is None:  # the preset the env calls for (Atari, MinAtar, or vector envs)
             env = overrides.get("env", Config.env)
             kwargs = parse_env_kwargs(overrides.get("env_kwargs", ()))
-            info = probed(info, env, kwargs)
+            info = probed(info, env, kwargs, tuple(overrides.get("obs_keys", ())))
             return preset(None, info=info, **overrides).validate().check_env(info), None, info
         cfg = dataclasses.replace(cfg, **overrides).validate()
-        info = probed(info, cfg.env, cfg.env_kwargs_dict)
+        info = probed(info, cfg.env, cfg.env_kwargs_dict, cfg.obs_keys)
         return cfg.check_env(info), None, info
     run_dir = RunDir.existing(resume, "config", flag="--resume")
     elsewhere = overrides.pop("run_dir", None)
@@ -288,12 +288,14 @@ def _config(
             "--run-dir, or copy the run directory there and resume that"
         )
     saved = Config.from_dict(run_dir.read_config())
-    for name in ("env", "env_kwargs"):  # the envs are in the workers' checkpointed states
+    # the envs are in the workers' checkpointed states, their packed observations in the model
+    for name in ("env", "env_kwargs", "obs_keys"):
         given, flag = overrides.get(name, getattr(saved, name)), "--" + name.replace("_", "-")
-        if (tuple(given) if name == "env_kwargs" else given) != getattr(saved, name):
+        if (given if name == "env" else tuple(given)) != getattr(saved, name):
             raise UserError(
                 f"{flag}: a resumed run goes on with its own env ({saved.env}"
-                f"{' ' + ' '.join(saved.env_kwargs) if saved.env_kwargs else ''}); drop "
+                f"{' ' + ' '.join(saved.env_kwargs) if saved.env_kwargs else ''}"
+                f"{' --obs-keys ' + ' '.join(saved.obs_keys) if saved.obs_keys else ''}); drop "
                 f"{flag}, or train a new run on the other env"
             )
     # A resumed run's saved settings that its config now ignores go back to their defaults (the
@@ -305,7 +307,7 @@ def _config(
         dataclasses.replace(saved, **overrides, run_dir=str(run_dir)), overrides.keys(), None
     )
     cfg = cfg.validate()
-    info = probed(info, cfg.env, cfg.env_kwargs_dict)
+    info = probed(info, cfg.env, cfg.env_kwargs_dict, cfg.obs_keys)
     cfg = reset_misfits(cfg, overrides.keys(), info.action.kind)
     ckpt = load_checkpoint(run_dir.path)
     # the rate goes on from where it was, unless the user gives a rate or schedule anew

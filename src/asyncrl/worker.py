@@ -261,7 +261,7 @@ class Worker:
                 # seeds (its incarnation counts from 0 again) would replay the run's opening
                 seeds = [int(s) for s in self.rng.integers(2**32, size=B, dtype=np.uint64)]
                 self.algo.envs_restarted()
-            self.envs = make_vec_env(cfg.env, B, seeds[0], cfg.env_kwargs_dict)
+            self.envs = make_vec_env(cfg.env, B, seeds[0], cfg.env_kwargs_dict, info.obs_layout)
             self.obs = reset_vec_env(self.envs, seeds)
             self.prev_done = np.zeros(B, bool)
             self.first = np.ones(B, bool)  # the next observation starts an episode
@@ -276,7 +276,7 @@ class Worker:
             "rng": self.rng.bit_generator.state,
             "algo": self.algo.worker_state(),
             # an env that cannot be pickled resumes with fresh env state
-            "envs": dump_vec_env(self.envs),
+            "envs": dump_vec_env(self.envs, self.cfg.env),
             "obs": self.obs.copy(),
             "prev_done": self.prev_done.copy(),
             "first": self.first.copy(),

@@ -392,6 +392,23 @@ def test_the_recurrent_agent_runs_on_the_cluster(cluster, run_dir):
     assert asyncrl.load(run_dir).spec.core == "lstm"
 
 
+def test_a_dict_observation_trains_on_the_cluster_and_its_policy_acts_on_dicts(cluster, run_dir):
+    # the packed rows travel as any Box observation's: the workers' envs pack them themselves
+    import gymnasium as gym
+
+    import tests.envs_for_tests  # noqa: F401 (registers the env here too)
+
+    env = "tests.envs_for_tests:asyncrl-test/DictCue-v0"
+    summary = asyncrl.train(
+        env=env, backend="ray", address=cluster.address, workers=2, envs_per_worker=4,
+        steps=2_000, eval_every=1_000, eval_episodes=2, run_dir=str(run_dir), progress=False,
+    )  # fmt: skip
+    assert summary["total_steps"] >= 2_000 and summary["evaluations"] >= 1, summary
+    policy = asyncrl.load(run_dir)
+    obs, _ = gym.make("asyncrl-test/DictCue-v0").reset(seed=0)
+    assert policy.spec.obs_layout is not None and policy.act(obs) in range(3)
+
+
 def test_the_parameter_server_lives_on_the_driver_node(cluster, run_dir):
     import threading
 

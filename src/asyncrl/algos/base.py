@@ -16,6 +16,7 @@ same network call, with a state of its own.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -26,9 +27,10 @@ from torch import nn
 
 from asyncrl.envs import EnvInfo
 from asyncrl.errors import UserError
-from asyncrl.models import ModelSpec, conv_net_problem, cpu_has_bfloat16_units
+from asyncrl.models import Encoder, ModelSpec, conv_net_problem, cpu_has_bfloat16_units
 from asyncrl.rollout import Rollout
 from asyncrl.settings import ModelSettings, RolloutSettings
+from asyncrl.spaces import auto_conv_net
 
 
 class Algorithm(ABC):
@@ -186,18 +188,23 @@ def model_spec_for(
     """The network the model section asks for on this env: the encoder from ``--net``
     (``auto``: a conv net for images, the A3C paper's for Atari-sized ones, MinAtar's for small
     ones; an MLP for vectors). ``reward_scale``: the learning reward's, which a core that
-    takes the previous reward is given (``--prev-action-reward``)."""
-    shape = info.obs_shape
-    image = len(shape) == 3
-    # MinAtar gives (10, 10, C) and Atari frame stacks (4, 84, 84): channels are the short axis
-    channels_last = image and shape[-1] < shape[0]
-    encoder = cfg.net
-    if encoder == "auto":
-        if not image:
-            encoder = "mlp"
+    takes the previous reward is given (``--prev-action-reward``). A structured observation's
+    image leaves all get the one conv net ``--net`` names (``auto``: MinAtar's where one of
+    them is small) and ``--net mlp`` reads them as vectors (:func:`_leaf_encoder`)."""
+    if info.obs_layout is not None:
+        encoder, image = _leaf_encoder(cfg.net, info)
+        channels_last, problem = False, None
+    else:
+        shape = info.obs_shape
+        image = len(shape) == 3
+        # MinAtar gives (10, 10, C) and Atari frame stacks (4, 84, 84): channels are the short
+        # axis
+        channels_last = image and shape[-1] < shape[0]
+        if cfg.net == "auto":
+            encoder = auto_conv_net(shape, channels_last) if image else "mlp"
         else:
-            encoder = "minatar" if min(shape[:2] if channels_last else shape[1:]) < 36 else "a3c"
-    problem = None if encoder == "mlp" else conv_net_problem(encoder, shape, channels_last)
+            encoder = cfg.net
+        problem = None if encoder == "mlp" else conv_net_problem(encoder, shape, channels_last)
     if problem is not None and cfg.net == "auto":  # images too small for even MinAtar's
         raise UserError(f"--net auto picked {encoder}, but {problem}: use --net mlp")
     if problem is not None:
@@ -222,7 +229,7 @@ def model_spec_for(
         reward_clip=info.reward_clip if cfg.prev_action_reward else 0.0,
         reward_scale=reward_scale if cfg.prev_action_reward else 1.0,
         core_size=cfg.lstm_size or (256 if image else 128),
-        obs_shape=shape,
+        obs_shape=info.obs_shape,
         obs_dtype=info.obs_dtype,
         action=dataclasses.replace(info.action, squash=cfg.squash),
         # (the MLP's default width: the Q methods' larger, as the paper's value networks)
@@ -231,4 +238,30 @@ def model_spec_for(
         encoder=encoder,
         channels_last=channels_last,
         precision=precision,
+        obs_leaves=() if info.obs_layout is None else info.obs_layout.leaves,
     )
+
+
+def _leaf_encoder(net: str, info: EnvInfo) -> tuple[Encoder, bool]:
+    """The conv net for a structured observation's image leaves (``mlp``: none, or they are
+    read as vectors), and whether a conv net reads one."""
+    assert info.obs_layout is not None
+    images = [leaf for leaf in info.obs_layout.leaves if leaf.kind == "image"]
+    if net == "mlp" or (net == "auto" and not images):
+        return "mlp", False
+    if not images:
+        raise UserError(
+            f"--net {net}: {info.env_id}'s observations have no image leaf "
+            f"({info.describe_obs()}); use --net auto or mlp"
+        )
+    if net == "auto":  # (every image leaf is one that MinAtar's net reads: asyncrl.spaces)
+        picks = {auto_conv_net(x.image_shape, x.channels_last) for x in images}
+        return ("minatar" if "minatar" in picks else "a3c"), True
+    for leaf in images:
+        problem = conv_net_problem(net, leaf.image_shape, leaf.channels_last)
+        if problem is not None:
+            raise UserError(
+                f"--net {net}: {info.env_id}'s image leaf {leaf.name!r}: {problem}; use "
+                "--net auto (it picks from the observations)"
+            )
+    return typing.cast(Encoder, net), True

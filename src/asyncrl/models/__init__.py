@@ -5,7 +5,8 @@
   64 3x3/1, fc 512) and MinAtar's (conv 16 3x3/1, fc 128; Young & Tian, 2019). Observations
   arrive in the env's dtype; uint8 images are divided by 255 here, inside the network, so the
   rollout buffer stays uint8. Observation normalisation (``--normalize-obs``) is the MLP
-  encoder's first piece.
+  encoder's first piece. A structured (Dict, Tuple) observation arrives packed into one row
+  (:mod:`asyncrl.spaces`) and :class:`MultiInputEncoder` encodes each leaf by its kind.
 * core: always there, one signature ``core.step(x, state, first) -> (h, state)`` whatever it is
   (:data:`CORES`): the identity, which carries an empty state (Sample Factory's
   ``ModelCoreIdentity``), or a recurrent cell (the paper's LSTM; a GRU).
@@ -41,9 +42,9 @@ from asyncrl.models.cores import (
 from asyncrl.models.encoders import (
     ConvEncoder,
     MLPEncoder,
+    MultiInputEncoder,
     as_float,
     build_encoder,
-    conv_net_problem,
     cpu_bfloat16_units,
     cpu_has_bfloat16_units,
     encode_rollout,
@@ -62,6 +63,7 @@ from asyncrl.models.normalizer import (
 )
 from asyncrl.models.params import flat_grad, flatten_parameters
 from asyncrl.models.spec import Encoder, ModelSpec, write_context
+from asyncrl.spaces import conv_net_problem
 
 __all__ = [
     "CORES",
@@ -74,6 +76,7 @@ __all__ = [
     "LSTMCore",
     "MLPEncoder",
     "ModelSpec",
+    "MultiInputEncoder",
     "Network",
     "ObsNormalizer",
     "QNetwork",

@@ -1,6 +1,7 @@
 """Encoders, chosen from the observation space: an MLP for vectors, conv nets for images (with
 the space-to-depth form of the Atari nets' first layer and bfloat16 on the CPUs that have units
-for it)."""
+for it), and for a structured (Dict, Tuple) observation one encoder per leaf with the features
+concatenated (:class:`MultiInputEncoder`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from torch import nn
 
 from asyncrl.models.normalizer import ObsNormalizer
 from asyncrl.models.spec import ModelSpec
+from asyncrl.spaces import CONV_NETS as _CONV_NETS
+from asyncrl.spaces import ObsLayout, ObsLeaf
 
 
 def _linear(a: int, b: int, gain: float) -> nn.Linear:
@@ -100,27 +103,8 @@ class MLPEncoder(nn.Module):
         return None
 
 
-# (channels, kernel, stride) of the conv layers, then the width of the fully connected layer
-_CONV_NETS: dict[str, tuple[list[tuple[int, int, int]], int]] = {
-    "a3c": ([(16, 8, 4), (32, 4, 2)], 256),  # Mnih et al., 2016, Section 8
-    "nature": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),  # Mnih et al., 2015
-    "minatar": ([(16, 3, 1)], 128),  # Young & Tian, 2019
-}
-
-
-def conv_net_problem(name: str, obs_shape: tuple[int, ...], channels_last: bool) -> str | None:
-    """Why the conv net ``name`` cannot read these observations, or None where it can."""
-    if len(obs_shape) != 3:
-        return f"a conv net reads images, and these observations have shape {obs_shape}"
-    h, w = obs_shape[:2] if channels_last else obs_shape[1:]
-    for _, k, s in _CONV_NETS[name][0]:
-        if min(h, w) < k:
-            return (
-                f"its layers need larger images than {obs_shape} (a {k}x{k} kernel meets a "
-                f"{h}x{w} map)"
-            )
-        h, w = (h - k) // s + 1, (w - k) // s + 1
-    return None
+# the conv nets' geometry (_CONV_NETS) and conv_net_problem live in asyncrl.spaces, which
+# imports no PyTorch: the observation layout asks them which images the conv nets read
 
 
 def space_to_depth(obs: np.ndarray, s: int) -> np.ndarray:
@@ -294,7 +278,96 @@ class ConvEncoder(nn.Module):
         return torch.from_numpy(obs).movedim(-3, -1).contiguous().numpy()
 
 
-def build_encoder(spec: ModelSpec, norm: ObsNormalizer | None = None) -> MLPEncoder | ConvEncoder:
+class MultiInputEncoder(nn.Module):
+    """One encoder per leaf of a structured observation (:mod:`asyncrl.spaces`), the features
+    concatenated (SB3's ``CombinedExtractor``; RLlib's ``restore_original_dimensions`` for
+    the unpacking). It takes the packed rows ``(N, size)`` the rollout stores and reads each
+    leaf out of them in its own shape (a slice and a reshape: a view, no copy):
+
+    * each image leaf through a conv net of its own (:class:`ConvEncoder`, ``spec.encoder``),
+      as an image, never flattened; with ``--net mlp`` (``spec.encoder == "mlp"``) image
+      leaves are read as vectors instead;
+    * every other leaf into one MLP (``spec.hidden``), concatenated: vectors (and images read
+      as vectors) normalised by the shared normaliser where ``--normalize-obs`` is on (the
+      only leaves it normalises: its statistics span the whole row, and each leaf reads its
+      own columns), Discrete leaves one-hot, MultiDiscrete ones one-hot per part, MultiBinary
+      ones as floats.
+
+    uint8 leaves are scaled by 1/255 as a uint8 Box observation is (:func:`as_float`), whatever
+    the dtype of the row they were packed into; other leaves keep their values."""
+
+    def __init__(self, spec: ModelSpec, norm: ObsNormalizer | None):
+        super().__init__()
+        layout = spec.obs_layout
+        if layout is None:
+            raise ValueError("a multi-input encoder reads a structured observation's leaves")
+        self.layout: ObsLayout = layout
+        # (--net mlp: image leaves read as vectors)
+        self._conv = conv = spec.encoder != "mlp"
+        self._images = [leaf for leaf in layout.leaves if conv and leaf.kind == "image"]
+        self._flat = [leaf for leaf in layout.leaves if leaf not in self._images]
+        convs = [
+            ConvEncoder(spec.encoder, leaf.image_shape, leaf.channels_last, spec.precision)
+            for leaf in self._images
+        ]
+        self.convs = nn.ModuleList(convs)
+        self._convs = convs  # the same modules, typed
+        flat_dim = sum(leaf.features for leaf in self._flat)
+        self.mlp = MLPEncoder(flat_dim, spec.hidden, None) if self._flat else None
+        # registered after the layers, as MLPEncoder's: the flat parameter vector's layout
+        # does not move
+        self.norm = norm
+        self.out_dim = sum(c.out_dim for c in convs) + (self.mlp.out_dim if self.mlp else 0)
+        # MultiDiscrete leaves: each part's first column in the leaf's one-hot
+        self._part_offsets = {
+            leaf.name: torch.tensor(np.cumsum((0, *leaf.nvec[:-1])), dtype=torch.long)
+            for leaf in self._flat
+            if leaf.kind == "multidiscrete"
+        }
+
+    def leaf_input(self, rows: torch.Tensor, leaf: ObsLeaf) -> torch.Tensor:
+        """``leaf`` of the packed ``rows`` ``(N, size)`` as its encoder takes it: an image
+        ``(N, *leaf.image_shape)`` (uint8 left to the conv net where the row is uint8), else
+        ``(N, leaf.features)`` floats."""
+        n = rows.shape[0]
+        part = rows[:, leaf.offset : leaf.offset + leaf.size]
+        if leaf.kind in ("discrete", "multidiscrete"):
+            index = part.long()
+            if leaf.kind == "multidiscrete":
+                index = index + self._part_offsets[leaf.name]
+            return torch.zeros(n, leaf.features).scatter_(1, index, 1.0)
+        if leaf.kind == "image" and self._conv:
+            image = part.reshape(n, *leaf.image_shape)
+            if leaf.dtype == "uint8":
+                # a uint8 row: the conv net folds the 1/255 into its first layer's weights
+                return image if image.dtype == torch.uint8 else image.float() * (1.0 / 255.0)
+            return image.float()
+        x = part.float()
+        if leaf.kind in ("vector", "image") and self.norm is not None:  # (images: --net mlp)
+            return self.norm.columns(x, leaf.offset)
+        return x * (1.0 / 255.0) if leaf.dtype == "uint8" else x
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        rows = obs.reshape(-1, obs.shape[-1])
+        features = [
+            conv.forward(self.leaf_input(rows, leaf))
+            for leaf, conv in zip(self._images, self._convs, strict=True)
+        ]
+        if self.mlp is not None:
+            flat = [self.leaf_input(rows, leaf) for leaf in self._flat]
+            features.append(self.mlp.forward(flat[0] if len(flat) == 1 else torch.cat(flat, 1)))
+        return features[0] if len(features) == 1 else torch.cat(features, 1)
+
+    def learning_layout(self, obs: np.ndarray) -> None:
+        """The packed rows are read as stored (see :meth:`ConvEncoder.learning_layout`)."""
+        return None
+
+
+def build_encoder(
+    spec: ModelSpec, norm: ObsNormalizer | None = None
+) -> MLPEncoder | ConvEncoder | MultiInputEncoder:
+    if spec.obs_leaves:
+        return MultiInputEncoder(spec, norm)
     if spec.encoder == "mlp":
         return MLPEncoder(int(np.prod(spec.obs_shape)), spec.hidden, norm)
     if norm is not None:  # model_spec_for refuses --normalize-obs for images

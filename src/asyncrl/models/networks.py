@@ -13,7 +13,14 @@ from torch import nn
 
 from asyncrl.distributions import Distribution, distribution_for
 from asyncrl.models.cores import Core, build_core
-from asyncrl.models.encoders import ConvEncoder, MLPEncoder, _linear, build_encoder, encode_rollout
+from asyncrl.models.encoders import (
+    ConvEncoder,
+    MLPEncoder,
+    MultiInputEncoder,
+    _linear,
+    build_encoder,
+    encode_rollout,
+)
 from asyncrl.models.normalizer import ObsNormalizer, build_normalizer
 from asyncrl.models.spec import ModelSpec
 
@@ -22,7 +29,7 @@ class Network(nn.Module):
     """What both networks share: an encoder (its normaliser inside), a core, and the core's
     state. Subclasses give :meth:`act` and :meth:`unroll` their heads."""
 
-    encoder: MLPEncoder | ConvEncoder
+    encoder: MLPEncoder | ConvEncoder | MultiInputEncoder
     core: Core
     #: inputs the core takes beside the encoder's features (:attr:`ModelSpec.context_dim`)
     context_dim: int = 0
@@ -158,7 +165,7 @@ class ActorCritic(Network):
         object.__setattr__(self, "_pi_b", self.pi_head.bias)
 
     @property
-    def encoder(self) -> MLPEncoder | ConvEncoder:  # type: ignore[override]
+    def encoder(self) -> MLPEncoder | ConvEncoder | MultiInputEncoder:  # type: ignore[override]
         return self.pi_body
 
     def act(
@@ -239,7 +246,7 @@ class QNetwork(Network):
         self._bind_hot_path()
 
     @property
-    def encoder(self) -> MLPEncoder | ConvEncoder:  # type: ignore[override]
+    def encoder(self) -> MLPEncoder | ConvEncoder | MultiInputEncoder:  # type: ignore[override]
         return self.body
 
     def act(

@@ -34,6 +34,15 @@ class ObsNormalizer(nn.Module):
         x = (obs.float().reshape(-1, d) - mean) / (var + 1e-8).sqrt()
         return x.clamp(-self.clip, self.clip)
 
+    def columns(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """:meth:`forward` on the columns ``start:start + k`` of the rows alone, ``x`` ``(N, k)``
+        their float values: a vector leaf of a packed structured observation, whose statistics
+        are those columns' (:class:`asyncrl.models.MultiInputEncoder`)."""
+        d, k = self.obs_dim, x.shape[-1]
+        stats: torch.Tensor = self.stats  # type: ignore[assignment]
+        mean, var = stats[1 + start : 1 + start + k], stats[1 + d + start : 1 + d + start + k]
+        return ((x - mean) / (var + 1e-8).sqrt()).clamp(-self.clip, self.clip)
+
 
 def build_normalizer(spec: ModelSpec) -> ObsNormalizer | None:
     return ObsNormalizer(int(np.prod(spec.obs_shape)), spec.obs_clip) if spec.obs_clip > 0 else None

@@ -10,6 +10,7 @@ import numpy as np
 
 from asyncrl.envs import ActionSpace
 from asyncrl.settings import CoreName
+from asyncrl.spaces import ObsLayout, ObsLeaf
 
 Encoder = Literal["mlp", "a3c", "nature", "minatar"]
 
@@ -46,6 +47,16 @@ class ModelSpec:
     #: the conv encoder's arithmetic (float32, or bfloat16 under CPU autocast; its output and
     #: everything after it stay float32)
     precision: Literal["float32", "bfloat16"] = "float32"
+    #: a structured (Dict, Tuple, ...) observation's leaves, packed into rows of ``obs_shape``
+    #: ``(size,)`` and ``obs_dtype`` (:mod:`asyncrl.spaces`): the encoder unpacks and encodes
+    #: each by its kind, image leaves with the conv net ``encoder`` names. Empty: one Box
+    #: observation, as every model before structured observations had
+    obs_leaves: tuple[ObsLeaf, ...] = ()
+
+    @property
+    def obs_layout(self) -> ObsLayout | None:
+        """The packing of a structured observation (None: a Box, stored as it is)."""
+        return ObsLayout(self.obs_leaves, self.obs_dtype) if self.obs_leaves else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,6 +92,8 @@ class ModelSpec:
                 "obs_shape": tuple(d["obs_shape"]),
                 "hidden": tuple(d["hidden"]),
                 "action": action,
+                # (absent from checkpoints written before structured observations)
+                "obs_leaves": tuple(ObsLeaf.from_dict(x) for x in d.get("obs_leaves", ())),
             }
         )
 

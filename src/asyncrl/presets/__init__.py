@@ -120,7 +120,7 @@ def layers(name: str, algo: str, core: str, overrides: dict[str, Any]) -> dict[s
     return values
 
 
-def auto_preset(env: str, env_kwargs: tuple[str, ...] = ()) -> str:
+def auto_preset(env: str, env_kwargs: tuple[str, ...] = (), obs_keys: tuple[str, ...] = ()) -> str:
     """The preset an env id selects when the user names none (``rules.toml``). Where the id
     does not tell, the action space does, and this probes the env. A caller that goes on to
     train probes it itself, once (:func:`asyncrl.envs.probe_env`), and hands the probe, which
@@ -132,7 +132,7 @@ def auto_preset(env: str, env_kwargs: tuple[str, ...] = ()) -> str:
 
     try:
         name = preset_for(env_spec(env))
-        return name or probe_env(env, parse_env_kwargs(env_kwargs)).preset
+        return name or probe_env(env, parse_env_kwargs(env_kwargs), tuple(obs_keys)).preset
     except Exception:  # an unknown or broken env: train reports it properly
         return "cartpole"
 
@@ -147,12 +147,12 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
     if name is None:
         env = overrides.get("env", Config.env)
         if info is None:
-            name = auto_preset(env, overrides.get("env_kwargs", ()))
+            name = auto_preset(env, overrides.get("env_kwargs", ()), overrides.get("obs_keys", ()))
         else:
             from asyncrl.envs import parse_env_kwargs, probed
 
             kwargs = parse_env_kwargs(overrides.get("env_kwargs", ()))
-            name = probed(info, env, kwargs).preset
+            name = probed(info, env, kwargs, tuple(overrides.get("obs_keys", ()))).preset
     if name not in PRESETS:
         raise UserError(f"--preset: unknown preset {name!r}, choose one of {', '.join(PRESETS)}")
     settings = load(name)["settings"]
@@ -165,7 +165,11 @@ def preset(name: str | None, *, info: EnvInfo | None = None, **overrides: Any) -
     if named and info is None and "env" in overrides and values.keys() & gaussian:
         from asyncrl.envs import parse_env_kwargs, probe_env
 
-        info = probe_env(overrides["env"], parse_env_kwargs(overrides.get("env_kwargs", ())))
+        info = probe_env(
+            overrides["env"],
+            parse_env_kwargs(overrides.get("env_kwargs", ())),
+            tuple(overrides.get("obs_keys", ())),
+        )
     # a count the preset gives in frames becomes agent steps of this env; the user's are steps
     env = overrides.get("env", Config.env)
     values = {
