@@ -20,9 +20,9 @@ def recording_policy(**spec_kw):
     policy = Policy(build_model(spec), "a3c", spec, "Test-v0")
     seen = []
 
-    def eval_step(model, obs, state, first, deterministic, rng, context=None):
+    def eval_step(model, obs, state, first, deterministic, rng, context=None, mask=None):
         seen.append(None if context is None else context.clone())
-        return A3C.eval_step(model, obs, state, first, deterministic, rng, context)
+        return A3C.eval_step(model, obs, state, first, deterministic, rng, context, mask)
 
     policy._eval_step = eval_step
     return policy, seen
