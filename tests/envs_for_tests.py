@@ -347,6 +347,39 @@ gym.register(
 )
 
 
+class PickEmptyEnv(PickEnv):
+    """:class:`PickEnv` (strict, the info mask) whose mask allows no action after step ``at``
+    of each episode; with ``end`` the episode ends there (terminated in odd episodes,
+    truncated in even ones, as a game over may come with an empty mask)."""
+
+    def __init__(self, at=3, end=False):
+        super().__init__("info", strict=True)
+        self.at, self.end, self.t, self.episode = at, end, 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t, self.episode = 0, self.episode + 1
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        self.t += 1
+        if self.t == self.at:
+            self.mask[:] = 0
+            info["action_mask"] = self.mask.copy()
+            if self.end:
+                term, trunc = self.episode % 2 == 1, self.episode % 2 == 0
+        return obs, reward, term, trunc, info
+
+
+gym.register("asyncrl-test/PickEmpty-v0", entry_point=PickEmptyEnv, max_episode_steps=10)
+gym.register(
+    "asyncrl-test/PickEmptyAtEnd-v0",
+    entry_point=PickEmptyEnv,
+    max_episode_steps=10,
+    kwargs={"end": True},
+)
+
+
 def _taxi_one_hot(**kwargs):
     """Taxi-v4 with its Discrete(500) observation one-hot (a Box asyncrl takes without the
     Dict/Discrete observation support); its info["action_mask"] passes through."""
