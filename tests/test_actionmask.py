@@ -310,3 +310,31 @@ def test_appo_ratios_are_one_on_policy_with_the_recorded_masks(vtrace, monkeypat
     )
     assert not failures(outbox)
     assert kls and max(abs(k) for k in kls) < 1e-6
+
+
+# ---------------------------------------------------------------- whole runs
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_every_action_kind_trains_checkpoints_resumes_and_evaluates(backend, tmp_path):
+    """Each new kind (a masked Discrete under each convention's wrapper, a masked
+    MultiDiscrete, MultiBinary, a MultiDiscrete with a start) with recurrent cores that take
+    the previous action: the worker's state (its envs and their masks) goes through a
+    checkpoint and comes back; the strict envs raise on a masked action."""
+    import asyncrl
+
+    cases = [
+        ("PickStrict-method-v0", {"algo": "onestep-q"}),
+        ("PickStrict-obs-v0", {"algo": "nstep-q", "core": "lstm", "prev_action_reward": True}),
+        ("PickMulti-v0", {"algo": "appo", "core": "gru", "prev_action_reward": True}),
+        ("Bits-v0", {"algo": "a3c", "core": "lstm", "prev_action_reward": True}),
+        ("Match-v0", {"algo": "appo", "vtrace": True}),
+    ]
+    for env, kw in cases:
+        run_dir = tmp_path / env
+        first = asyncrl.train(
+            env=f"tests.envs_for_tests:asyncrl-test/{env}", backend=backend, workers=2,
+            steps=1_500, target_return=1e9, run_dir=str(run_dir), progress=False, **kw,
+        )  # fmt: skip
+        assert first["total_steps"] >= 1_500
+        resumed = asyncrl.train(resume=str(run_dir), steps=3_000, progress=False)
+        assert resumed["resumed"] and resumed["total_steps"] >= 3_000, env
+        assert len(asyncrl.evaluate(run_dir, episodes=3)) == 3

@@ -347,7 +347,7 @@ def test_taxi_learns_with_its_info_action_mask_and_takes_no_invalid_action(run_d
     illegal pick-ups and drop-offs (-10 each), so even the first episodes cost no -10, and A3C
     confirms a greedy 0 (a delivery in most episodes; a random masked policy rarely delivers in
     200 steps). Seeds 0-5 (2026-12-06, 2 cores shared with other runs; ASYNCRL_TEST_SEED=S)
-    confirmed it in 96k-212k steps (23-44 s), the kept models 2.9-7.8 over 100 new episodes."""
+    confirmed it in 95k-149k steps (10-36 s), the kept models 3.3-7.9 over 100 new episodes."""
     summary = asyncrl.train(
         env="tests.envs_for_tests:asyncrl-test/TaxiOneHot-v4", workers=2, seed=seed,
         steps=400_000, target_return=0.0, run_dir=str(run_dir), progress=False,

@@ -60,7 +60,9 @@ class ActionMasks(gym.Wrapper):
         super().__init__(env)
         space = env.observation_space
         self._from_obs = isinstance(space, gym.spaces.Dict) and KEY in space.spaces
-        self._method = None if self._from_obs else _masks_method(env)
+        # looked up at each call, not kept: a bound method would pickle as a getattr call,
+        # which a checkpoint's env state may not hold (asyncrl.checkpoint)
+        self._from_method = not self._from_obs and callable(_masks_method(env))
         if self._from_obs:
             assert isinstance(space, gym.spaces.Dict)
             rest = {k: v for k, v in space.spaces.items() if k != KEY}
@@ -77,8 +79,8 @@ class ActionMasks(gym.Wrapper):
             info[KEY] = obs.pop(KEY)
             if self._single is not None:
                 obs = obs[self._single]
-        elif self._method is not None:
-            info[KEY] = self._method()
+        elif self._from_method:
+            info[KEY] = self.env.get_wrapper_attr("action_masks")()
         if KEY in info:
             info[KEY] = np.asarray(info[KEY], bool).reshape(-1)
         return obs, info
