@@ -387,3 +387,22 @@ def _taxi_one_hot(**kwargs):
 
 
 gym.register("asyncrl-test/TaxiOneHot-v4", entry_point=_taxi_one_hot, max_episode_steps=None)
+
+
+class _WithoutMask(gym.Wrapper):
+    """The env with its info["action_mask"] taken out (the control of a masked run)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, {k: v for k, v in info.items() if k != "action_mask"}
+
+    def step(self, action):
+        obs, reward, term, trunc, info = self.env.step(action)
+        return obs, reward, term, trunc, {k: v for k, v in info.items() if k != "action_mask"}
+
+
+gym.register(
+    "asyncrl-test/TaxiOneHotNoMask-v4",
+    entry_point=lambda **kw: _WithoutMask(_taxi_one_hot(**kw)),
+    max_episode_steps=None,
+)

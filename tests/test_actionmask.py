@@ -121,7 +121,10 @@ gym.register("asyncrl-test/ShortMask-v0", entry_point=ShortMask, max_episode_ste
 @pytest.mark.parametrize(
     ("env_id", "needle"),
     [
-        ("asyncrl-test/MaskedBits-v0", "masks Discrete and MultiDiscrete actions only"),
+        (
+            "asyncrl-test/MaskedBits-v0",
+            "for MultiBinary actions; asyncrl masks Discrete and MultiDiscrete",
+        ),
         ("asyncrl-test/ShortMask-v0", "has shape (3,), but its action space has 4 actions"),
     ],
 )

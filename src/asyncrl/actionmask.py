@@ -20,12 +20,15 @@ keeps the behaviour log-probabilities.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium as gym
 import numpy as np
 
 from asyncrl.errors import EnvFault, UserError
+
+if TYPE_CHECKING:
+    from asyncrl.envs import ActionSpace
 
 MaskSource = Literal["obs", "method", "info"]
 
@@ -94,21 +97,22 @@ class ActionMasks(gym.Wrapper):
         return obs, reward, term, trunc, info
 
 
-def check_probed_mask(env_id: str, source: MaskSource, kind: str, dim: int, mask: Any) -> None:
+def check_probed_mask(env_id: str, source: MaskSource, action: ActionSpace, mask: Any) -> None:
     """The probe's first mask (``info["action_mask"]`` after :class:`ActionMasks`) fits the
-    action space ``kind`` with ``dim`` logits; else one line naming the problem and the fix."""
+    ``action`` space, one entry per logit; else one line naming the problem and the fix."""
     where = {
         "obs": f"the {KEY!r} key of its observation",
         "method": "its action_masks() method",
         "info": f'info["{KEY}"]',
     }[source]
-    if kind not in ("discrete", "multi_discrete"):
+    if action.kind not in ("discrete", "multi_discrete"):
         raise UserError(
-            f"--env: {env_id} gives action masks ({where}) for {kind} actions; asyncrl masks "
-            "Discrete and MultiDiscrete actions only: drop the mask (a wrapper that removes it)"
+            f"--env: {env_id} gives action masks ({where}) for {action.describe()} actions; "
+            "asyncrl masks Discrete and MultiDiscrete actions only: drop the mask (a wrapper "
+            "that removes it)"
         )
-    shape = np.shape(mask)
-    if shape not in ((dim,), (1, dim)):
+    shape, dim = np.shape(mask), action.dim
+    if shape != (dim,):
         raise UserError(
             f"--env: {env_id}'s action mask ({where}) has shape {shape}, but its action space "
             f"has {dim} actions (MultiDiscrete: the parts' sizes summed): give one entry per "

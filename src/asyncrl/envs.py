@@ -375,7 +375,7 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvInfo:
             "with a gymnasium.ActionWrapper)"
         )
     if source is not None:
-        check_probed_mask(env_id, source, action.kind, action.dim, reset_info["action_mask"])
+        check_probed_mask(env_id, source, action, reset_info["action_mask"])
         action = dataclasses.replace(action, masked=True)
     if not isinstance(obs_space, gym.spaces.Box) or obs_space.shape is None:
         raise UserError(
