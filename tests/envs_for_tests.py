@@ -207,6 +207,207 @@ class GuessEnv(gym.Env):
 gym.register("asyncrl-test/Guess-v0", entry_point=GuessEnv, max_episode_steps=20)
 
 
+# ---------------------------------------------------------------- action spaces and masks
+class MatchEnv(gym.Env):
+    """A contextual bandit of MultiDiscrete actions: each step the observation is a one-hot
+    target per part (sizes 3 and 4), and each part of the action that hits its target pays
+    0.5. The space starts at (1, -2), so the policy's 0..n-1 must be shifted to hit. Episodes of
+    10 steps: the best policy scores 10, a uniform one 10 x 0.5 x (1/3 + 1/4) = 2.9."""
+
+    NVEC = (3, 4)
+    START = (1, -2)
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 1, (sum(self.NVEC),), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete(self.NVEC, start=self.START)
+        self.target = np.zeros(2, np.int64)
+
+    def _obs(self):
+        self.target = np.array([self.np_random.integers(n) for n in self.NVEC])
+        obs = np.zeros(sum(self.NVEC), np.float32)
+        obs[self.target + np.array([0, self.NVEC[0]])] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action)), action
+        hits = (np.asarray(action) - self.START) == self.target
+        return self._obs(), 0.5 * float(hits.sum()), False, False, {}
+
+
+gym.register("asyncrl-test/Match-v0", entry_point=MatchEnv, max_episode_steps=10)
+
+
+class BitsEnv(gym.Env):
+    """MultiBinary actions: copy the 3 bits of the observation; each bit copied pays 1/3.
+    Episodes of 10 steps: the best policy scores 10, a uniform one 5."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 1, (3,), np.float32)
+        self.action_space = gym.spaces.MultiBinary(3)
+        self.bits = np.zeros(3, np.float32)
+
+    def _obs(self):
+        self.bits = self.np_random.integers(2, size=3).astype(np.float32)
+        return self.bits.copy()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action)), action
+        copied = float((np.asarray(action) == self.bits).sum()) / 3.0
+        return self._obs(), copied, False, False, {}
+
+
+gym.register("asyncrl-test/Bits-v0", entry_point=BitsEnv, max_episode_steps=10)
+
+
+class PickEnv(gym.Env):
+    """Action masks. Of 4 actions each is valid with probability 1/2 at each step (at least
+    one), and a valid action a pays (a + 1) / 4; an invalid one costs 1 and ends the episode
+    (``strict``: raises, so that a test run fails loudly on it). The observation is always 0:
+    only the mask says what is valid, so a policy blind to it scores little, where one that
+    takes the highest valid action expects 10 x 12.25 / 15 = 8.2 in an episode of 10 steps
+    (uniform among the valid ones: about 6).
+
+    ``convention``: how the env gives its mask: ``info`` (``info["action_mask"]`` as int8, as
+    Taxi), ``obs`` (an ``action_mask`` key of a Dict observation, as PettingZoo's classic
+    games) or ``method`` (``action_masks()``, as sb3-contrib's MaskablePPO). ``multi``: two
+    such choices at once, a MultiDiscrete([4, 4]) action, each part paying half."""
+
+    def __init__(self, convention="info", multi=False, strict=False):
+        self.convention, self.multi, self.strict = convention, multi, strict
+        self.parts = 2 if multi else 1
+        box = gym.spaces.Box(0, 1, (1,), np.float32)
+        mask_space = gym.spaces.MultiBinary(4 * self.parts)
+        self.observation_space = (
+            gym.spaces.Dict({"obs": box, "action_mask": mask_space}) if convention == "obs" else box
+        )
+        self.action_space = gym.spaces.MultiDiscrete([4, 4]) if multi else gym.spaces.Discrete(4)
+        self.mask = np.ones(4 * self.parts, np.int8)
+
+    def _draw(self):
+        for p in range(self.parts):
+            part = np.zeros(4, np.int8)
+            while not part.any():
+                part = self.np_random.integers(2, size=4).astype(np.int8)
+            self.mask[4 * p : 4 * p + 4] = part
+        obs = np.zeros(1, np.float32)
+        info = {"action_mask": self.mask.copy()} if self.convention == "info" else {}
+        if self.convention == "obs":
+            obs = {"obs": obs, "action_mask": self.mask.copy()}
+        return obs, info
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._draw()
+
+    def step(self, action):
+        chosen = np.atleast_1d(np.asarray(action)) + 4 * np.arange(self.parts)
+        valid = bool(self.mask[chosen].all())
+        if not valid and self.strict:
+            raise RuntimeError(f"PickEnv: the masked action {action} was taken")
+        reward = float(((chosen % 4) + 1).sum()) / (4 * self.parts) if valid else -1.0
+        obs, info = self._draw()
+        return obs, reward, not valid, False, info
+
+
+class PickMethodEnv(PickEnv):
+    """:class:`PickEnv` whose mask comes from its ``action_masks()`` method."""
+
+    def __init__(self, **kwargs):
+        super().__init__("method", **kwargs)
+
+    def action_masks(self):
+        return self.mask.astype(bool)
+
+
+for _conv in ("info", "obs", "method"):
+    _entry = PickMethodEnv if _conv == "method" else PickEnv
+    _kw = {} if _conv == "method" else {"convention": _conv}
+    gym.register(
+        f"asyncrl-test/Pick-{_conv}-v0", entry_point=_entry, max_episode_steps=10, kwargs=_kw
+    )
+    gym.register(
+        f"asyncrl-test/PickStrict-{_conv}-v0",
+        entry_point=_entry,
+        max_episode_steps=10,
+        kwargs={**_kw, "strict": True},
+    )
+gym.register(
+    "asyncrl-test/PickMulti-v0",
+    entry_point=PickEnv,
+    max_episode_steps=10,
+    kwargs={"multi": True, "strict": True},
+)
+
+
+class PickEmptyEnv(PickEnv):
+    """:class:`PickEnv` (strict, the info mask) whose mask allows no action after step ``at``
+    of each episode; with ``end`` the episode ends there (terminated in odd episodes,
+    truncated in even ones, as a game over may come with an empty mask)."""
+
+    def __init__(self, at=3, end=False):
+        super().__init__("info", strict=True)
+        self.at, self.end, self.t, self.episode = at, end, 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t, self.episode = 0, self.episode + 1
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        self.t += 1
+        if self.t == self.at:
+            self.mask[:] = 0
+            info["action_mask"] = self.mask.copy()
+            if self.end:
+                term, trunc = self.episode % 2 == 1, self.episode % 2 == 0
+        return obs, reward, term, trunc, info
+
+
+gym.register("asyncrl-test/PickEmpty-v0", entry_point=PickEmptyEnv, max_episode_steps=10)
+gym.register(
+    "asyncrl-test/PickEmptyAtEnd-v0",
+    entry_point=PickEmptyEnv,
+    max_episode_steps=10,
+    kwargs={"end": True},
+)
+
+
+def _taxi_one_hot(**kwargs):
+    """Taxi-v4 with its Discrete(500) observation one-hot (a Box asyncrl takes without the
+    Dict/Discrete observation support); its info["action_mask"] passes through."""
+    return gym.wrappers.FlattenObservation(gym.make("Taxi-v4", **kwargs))
+
+
+gym.register("asyncrl-test/TaxiOneHot-v4", entry_point=_taxi_one_hot, max_episode_steps=None)
+
+
+class _WithoutMask(gym.Wrapper):
+    """The env with its info["action_mask"] taken out (the control of a masked run)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, {k: v for k, v in info.items() if k != "action_mask"}
+
+    def step(self, action):
+        obs, reward, term, trunc, info = self.env.step(action)
+        return obs, reward, term, trunc, {k: v for k, v in info.items() if k != "action_mask"}
+
+
+gym.register(
+    "asyncrl-test/TaxiOneHotNoMask-v4",
+    entry_point=lambda **kw: _WithoutMask(_taxi_one_hot(**kw)),
+    max_episode_steps=None,
+)
+
+
 class FramesEnv(gym.Env):
     """Image observations of a given shape and dtype, random each step (Atari's uint8 frame
     stacks (4, 84, 84), MinAtar's bool (10, 10, C)): a network over images to train for a few

@@ -168,6 +168,11 @@ def test_existing_run_directory_is_never_overwritten(run_dir, capsys):
         (["--env", "CartPol-v1"], "did you mean CartPole-v1"),
         (["--env", "Pendulum-v1", "--algo", "nstep-q"], "nstep-q needs a Discrete one"),
         (["--env", "Pendulum-v1", "--algo", "onestep-q"], "use --algo a3c"),
+        (
+            ["--env", "asyncrl-test/Match-v0", "--algo", "nstep-q"],
+            "has a MultiDiscrete action space, but nstep-q needs a Discrete one",
+        ),
+        (["--env", "asyncrl-test/Bits-v0", "--algo", "onestep-sarsa"], "MultiBinary action space"),
         (["--algo", "onestep-q", "--missing", "zero"], "--missing: onestep-q bootstraps"),
         (["--algo", "onestep-sarsa", "--missing", "zero"], "drop --missing zero"),
         (["--algo", "onestep-q", "--n-step", "3"], "--n-step: onestep-q has no n-step"),

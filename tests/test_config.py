@@ -352,7 +352,8 @@ def test_every_algorithm_says_which_action_spaces_it_takes():
     from asyncrl.config import ACTION_KINDS
 
     assert set(ACTION_KINDS) == set(REGISTRY)
-    assert ACTION_KINDS["a3c"] == ("discrete", "box") and ACTION_KINDS["nstep-q"] == ("discrete",)
+    kinds = ("discrete", "box", "multi_discrete", "multi_binary")
+    assert ACTION_KINDS["a3c"] == kinds and ACTION_KINDS["nstep-q"] == ("discrete",)
 
 
 def test_the_entropy_schedule_anneals_linearly_then_holds_and_defaults_to_the_budget():

@@ -183,3 +183,154 @@ def test_squashed_gaussian_entropy_is_that_of_the_action_and_falls_past_std_one(
     assert float(TanhGaussian(torch.zeros(1, 2), torch.ones(1, 2)).entropy()) == pytest.approx(
         2 * 0.6698, abs=1e-3
     )  # float32, summed over action dimensions
+
+
+# ---------------------------------------------------------------- MultiDiscrete, MultiBinary
+def test_the_factorised_categorical_sums_log_probs_and_entropies_over_its_parts():
+    from asyncrl.distributions import MultiCategorical
+
+    gen = torch.Generator().manual_seed(0)
+    nvec = (3, 2, 4)
+    logits = torch.randn(5, sum(nvec), generator=gen, requires_grad=True)
+    d = MultiCategorical(logits, nvec)
+    refs = [torch.distributions.Categorical(logits=part) for part in logits.split(nvec, -1)]
+    a = torch.stack([torch.randint(n, (5,), generator=gen) for n in nvec], -1)
+    torch.testing.assert_close(d.log_prob(a), sum(r.log_prob(a[:, j]) for j, r in enumerate(refs)))
+    torch.testing.assert_close(d.entropy(), sum(r.entropy() for r in refs))
+    assert d.mode().tolist() == torch.stack([r.probs.argmax(-1) for r in refs], -1).tolist()
+    # the sampler: each part's frequencies are its softmax's; the log-probability is the draw's
+    row = torch.tensor([[0.0, 1.0, -1.0, 2.0, 0.0, 0.5, 0.5, -3.0, 1.0]]).repeat(20_000, 1)
+    actions, logp = MultiCategorical(row, nvec).sample_logp(np.random.default_rng(0))
+    assert actions.shape == (20_000, 3) and actions.dtype == np.int64
+    for j, part in enumerate(row[0].split(nvec)):
+        counts = np.bincount(actions[:, j], minlength=nvec[j]) / 20_000
+        np.testing.assert_allclose(counts, torch.softmax(part, -1).numpy(), atol=0.015)
+    np.testing.assert_allclose(
+        logp, MultiCategorical(row, nvec).log_prob(torch.from_numpy(actions)).numpy(), rtol=1e-5
+    )
+
+
+def test_the_bernoulli_matches_torch_and_samples_each_bit():
+    from asyncrl.distributions import Bernoulli
+
+    logits = torch.tensor([[0.0, 3.0, -2.0], [40.0, -40.0, 1.0]])  # 40: saturated, still finite
+    d, ref = Bernoulli(logits), torch.distributions.Bernoulli(logits=logits)
+    a = torch.tensor([[1, 0, 0], [1, 0, 1]])
+    torch.testing.assert_close(d.log_prob(a), ref.log_prob(a.float()).sum(-1))
+    torch.testing.assert_close(d.entropy(), ref.entropy().sum(-1))
+    assert torch.isfinite(d.log_prob(1 - a)).all()
+    assert d.mode().tolist() == [[0, 1, 0], [1, 0, 1]]
+    bits, logp = Bernoulli(logits[:1].repeat(20_000, 1)).sample_logp(np.random.default_rng(0))
+    assert bits.dtype == np.int64 and set(np.unique(bits)) <= {0, 1}
+    np.testing.assert_allclose(bits.mean(0), torch.sigmoid(logits[0]).numpy(), atol=0.015)
+    by_torch = torch.distributions.Bernoulli(logits=logits[0]).log_prob(
+        torch.from_numpy(bits).float()
+    )
+    np.testing.assert_allclose(logp, by_torch.sum(-1).numpy(), rtol=1e-5)
+
+
+def test_the_action_space_picks_the_distribution_of_each_kind():
+    from asyncrl.distributions import Bernoulli, MultiCategorical
+
+    md = ActionSpace("multi_discrete", shape=(2,), nvec=(3, 4))
+    assert md.dim == 7 and md.sample_shape == (2,)
+    assert isinstance(distribution_for(md, torch.zeros(2, 7)), MultiCategorical)
+    mb = ActionSpace("multi_binary", shape=(2, 3))
+    assert mb.dim == 6 and mb.sample_shape == (6,)
+    assert isinstance(distribution_for(mb, torch.zeros(2, 6)), Bernoulli)
+    with pytest.raises(ValueError, match="MultiBinary actions take no action mask"):
+        distribution_for(mb, torch.zeros(2, 6), torch.ones(2, 6, dtype=torch.bool))
+
+
+def test_the_policy_acts_from_zero_and_the_env_gets_the_spaces_start():
+    import gymnasium as gym
+
+    d = ActionSpace.from_gym(gym.spaces.Discrete(3, start=-1))
+    assert d == ActionSpace("discrete", n=3, start=(-1,)) and d.dim == 3
+    np.testing.assert_array_equal(d.to_env(np.array([0, 2])), [-1, 1])
+    np.testing.assert_array_equal(d.from_env(d.to_env(np.array([0, 2]))), [0, 2])
+    plain = ActionSpace.from_gym(gym.spaces.Discrete(3))
+    assert plain == ActionSpace("discrete", n=3)  # no start: as before (old specs compare equal)
+    space = gym.spaces.MultiDiscrete([[2, 3], [4, 5]], start=[[1, 0], [0, -2]])
+    md = ActionSpace.from_gym(space)
+    assert md is not None and md.nvec == (2, 3, 4, 5) and md.start == (1, 0, 0, -2)
+    acted = md.to_env(np.array([[1, 2, 3, 4], [0, 0, 0, 0]]))
+    assert acted.shape == (2, 2, 2) and all(space.contains(a) for a in acted)
+    np.testing.assert_array_equal(acted[0], [[2, 2], [3, 2]])
+    np.testing.assert_array_equal(md.from_env(acted), [[1, 2, 3, 4], [0, 0, 0, 0]])
+    bits = gym.spaces.MultiBinary([2, 2])
+    mb = ActionSpace.from_gym(bits)
+    assert mb is not None
+    acted = mb.to_env(np.array([[1, 0, 0, 1]]))
+    assert acted.dtype == np.int8 and bits.contains(acted[0])
+
+
+def test_the_core_context_is_a_one_hot_per_part_or_the_bits():
+    from asyncrl.models import write_context
+
+    md = ActionSpace("multi_discrete", shape=(2,), nvec=(2, 3), start=(1, -1))
+    out = np.full((2, 6), 9.0, np.float32)
+    write_context(md, md.to_env(np.array([[1, 0], [0, 2]])), np.array([0.5, -1.0]), out)
+    np.testing.assert_array_equal(out, [[0, 1, 1, 0, 0, 0.5], [1, 0, 0, 0, 1, -1.0]])
+    d = ActionSpace("discrete", n=3, start=(5,))
+    out = np.zeros((2, 4), np.float32)
+    write_context(d, d.to_env(np.array([2, 0])), np.zeros(2), out)
+    np.testing.assert_array_equal(out[:, :3], [[0, 0, 1], [1, 0, 0]])
+    mb = ActionSpace("multi_binary", shape=(3,))
+    out = np.zeros((1, 4), np.float32)
+    write_context(mb, mb.to_env(np.array([[1, 0, 1]])), np.ones(1), out)
+    np.testing.assert_array_equal(out, [[1, 0, 1, 1]])
+
+
+def test_a_spec_written_before_these_action_spaces_loads_and_new_ones_round_trip():
+    from asyncrl.models import ModelSpec
+
+    old = ModelSpec("actor-critic", (4,), ActionSpace("discrete", 2)).to_dict()
+    for key in ("nvec", "start", "masked"):
+        del old["action"][key]  # as model.pt files of earlier versions hold it
+    assert ModelSpec.from_dict(old).action == ActionSpace("discrete", 2)
+    new = ModelSpec(
+        "actor-critic",
+        (4,),
+        ActionSpace("multi_discrete", shape=(2,), nvec=(2, 3), start=(1, 0), masked=True),
+    )
+    assert ModelSpec.from_dict(new.to_dict()) == new
+
+
+# ---------------------------------------------------------------- action masks
+def test_a_masked_action_is_never_drawn_and_has_probability_exactly_zero():
+    logits = torch.tensor([[5.0, 0.0, 1.0, -1.0], [0.0, 0.0, 0.0, 30.0]]).repeat(10_000, 1)
+    mask = torch.tensor([[False, True, True, False], [True, False, True, False]]).repeat(10_000, 1)
+    logits.requires_grad_(True)
+    d = Categorical(logits, mask)
+    actions, logp = d.sample_logp(np.random.default_rng(0))
+    assert mask[torch.arange(20_000), torch.from_numpy(actions)].all()  # 20,000 draws, none masked
+    probs = d.logp().exp()
+    assert (probs[~mask] == 0).all()  # exactly 0, not small
+    # the valid actions' probabilities are the softmax of their logits alone
+    ref = torch.distributions.Categorical(logits=torch.tensor([[0.0, 1.0], [0.0, 0.0]]))
+    torch.testing.assert_close(probs[:2][mask[:2]].reshape(2, 2), ref.probs)
+    torch.testing.assert_close(d.entropy()[:2], ref.entropy())
+    np.testing.assert_allclose(
+        logp, d.log_prob(torch.from_numpy(actions)).detach().numpy(), rtol=1e-6
+    )
+    # entropy and log-probabilities finite, and their gradient too, the masked logits' zero
+    loss = -(d.entropy().sum() + d.log_prob(torch.from_numpy(actions)).sum())
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+    assert (logits.grad[~mask] == 0).all()
+    assert d.mode()[:2].tolist() == [2, 0]  # the best valid action, not the best logit
+
+
+def test_each_part_of_a_multi_discrete_action_keeps_to_its_own_mask():
+    from asyncrl.distributions import MultiCategorical
+
+    nvec = (3, 2)
+    logits = torch.zeros(10_000, 5)
+    mask = torch.tensor([[True, False, True, False, True]]).repeat(10_000, 1)
+    d = MultiCategorical(logits, nvec, mask)
+    actions, logp = d.sample_logp(np.random.default_rng(1))
+    assert set(actions[:, 0]) == {0, 2} and set(actions[:, 1]) == {1}
+    np.testing.assert_allclose(logp, np.log(0.5), rtol=1e-6)  # 1/2 x 1
+    torch.testing.assert_close(d.entropy(), torch.full((10_000,), math.log(2)))
+    assert d.mode()[0].tolist() == [0, 1]

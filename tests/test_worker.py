@@ -489,7 +489,7 @@ def test_every_worker_and_env_plays_its_own_stream():
     for w in range(3):
         _, seeds = env_seeds(0, w, 0, 4)
         env = make_vec_env("Acrobot-v1", 4)
-        obs = reset_vec_env(env, seeds)
+        obs, _ = reset_vec_env(env, seeds)
         firsts.extend(map(tuple, np.round(obs, 6)))
         env.close()
     assert len(set(firsts)) == 12
@@ -504,9 +504,9 @@ def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
     seen = []
 
     class Watching(A3C):
-        def act(self, model, obs, global_step, rng, first, context=None):
+        def act(self, model, obs, global_step, rng, first, context=None, mask=None):
             seen.append(("act", model.obs_norm.stats.clone()))
-            return super().act(model, obs, global_step, rng, first, context)
+            return super().act(model, obs, global_step, rng, first, context, mask)
 
         def loss(self, model, rollout, target_model=None):
             seen.append(("loss", model.obs_norm.stats.clone()))
@@ -529,8 +529,8 @@ def test_the_loss_normalises_with_the_statistics_acting_used(monkeypatch):
 
 def test_a_non_finite_action_is_the_policys_fault_not_the_envs(monkeypatch):
     class NaNPolicy(A3C):
-        def act(self, model, obs, global_step, rng, first, context=None):
-            a, logp = super().act(model, obs, global_step, rng, first, context)
+        def act(self, model, obs, global_step, rng, first, context=None, mask=None):
+            a, logp = super().act(model, obs, global_step, rng, first, context, mask)
             a[-1] = np.nan
             return a, logp
 

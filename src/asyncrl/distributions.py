@@ -2,7 +2,14 @@
 
 A3C and :class:`asyncrl.policy.Policy` ask the distribution for ``sample``, ``log_prob``,
 ``entropy`` and ``mode`` (as PFRL's and SB3's policies do), so a softmax policy over Discrete
-actions and a Gaussian over Box actions are interchangeable.
+actions, a factorised one over MultiDiscrete actions (a softmax per part, log-probabilities
+and entropies summed over the parts: SB3's ``MultiCategoricalDistribution``), a Bernoulli per
+bit of MultiBinary actions and a Gaussian over Box actions are interchangeable.
+
+Action masks (:mod:`asyncrl.actionmask`): a masked action's logit is set to the float's
+lowest value before the softmax (sb3-contrib's ``MaskableCategorical``), so its probability is
+exactly 0 when sampling, in the log-probabilities and in the entropy, whose terms 0 log 0 are
+taken as 0 (no NaN); the gradient reaches only the valid actions' logits.
 
 The categorical sampler of the behaviour policy draws in numpy by inverse CDF with the worker's
 own generator: at a worker's batch sizes that is several times cheaper than
@@ -60,11 +67,22 @@ def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarra
 _TINY = np.finfo(np.float32).tiny  # the log of a probability that underflowed to 0 stays finite
 
 
-class Categorical:
-    """Softmax over ``logits`` (..., n)."""
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with those where ``mask`` (bool, the same shape) is False set to the lowest
+    float: their softmax probability is exactly 0, their exp underflowing (not -inf, whose
+    differences would give NaN)."""
+    if mask is None:
+        return logits
+    return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
 
-    def __init__(self, logits: torch.Tensor):
-        self.logits = logits
+
+class Categorical:
+    """Softmax over ``logits`` (..., n), with the actions where ``mask`` (..., n) is False
+    left out (probability 0)."""
+
+    def __init__(self, logits: torch.Tensor, mask: torch.Tensor | None = None):
+        self.logits = masked_logits(logits, mask)
+        self.mask = mask
         self._logp: torch.Tensor | None = None
 
     def logp(self) -> torch.Tensor:
@@ -90,10 +108,75 @@ class Categorical:
 
     def entropy(self) -> torch.Tensor:
         logp = self.logp()
-        return -(logp.exp() * logp).sum(-1)
+        plogp = logp.exp() * logp
+        if self.mask is not None:  # 0 log 0 = 0 for the masked actions
+            plogp = torch.where(self.mask, plogp, 0.0)
+        return -plogp.sum(-1)
 
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(-1)
+
+
+class MultiCategorical:
+    """Independent softmaxes over the parts of ``logits`` (..., sum(nvec)), part j's
+    ``nvec[j]`` logits after the parts before it; actions (..., len(nvec)). Log-probabilities
+    and entropies sum over the parts; ``mask`` (..., sum(nvec)) masks each part's actions."""
+
+    def __init__(
+        self, logits: torch.Tensor, nvec: tuple[int, ...], mask: torch.Tensor | None = None
+    ):
+        masks = [None] * len(nvec) if mask is None else mask.split(list(nvec), dim=-1)
+        self.parts = [
+            Categorical(lg, m)
+            for lg, m in zip(logits.split(list(nvec), dim=-1), masks, strict=True)
+        ]
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        return np.stack([p.sample(rng) for p in self.parts], axis=-1)
+
+    def sample_logp(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        drawn = [p.sample_logp(rng) for p in self.parts]
+        return np.stack([a for a, _ in drawn], axis=-1), sum(lp for _, lp in drawn)  # type: ignore[return-value]
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return sum(  # type: ignore[return-value]
+            p.log_prob(actions[..., j]) for j, p in enumerate(self.parts)
+        )
+
+    def entropy(self) -> torch.Tensor:
+        return sum(p.entropy() for p in self.parts)  # type: ignore[return-value]
+
+    def mode(self) -> torch.Tensor:
+        return torch.stack([p.mode() for p in self.parts], dim=-1)
+
+
+class Bernoulli:
+    """Independent bits, bit i 1 with probability sigmoid(``logits``[..., i]) (MultiBinary
+    actions); log-probabilities and entropies sum over the bits."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        logits = self.logits.detach() if self.logits.requires_grad else self.logits
+        p = torch.sigmoid(logits).numpy()
+        return (rng.random(p.shape, dtype=p.dtype) < p).astype(np.int64)
+
+    def sample_logp(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        actions = self.sample(rng)
+        with torch.no_grad():
+            return actions, self.log_prob(torch.from_numpy(actions)).numpy()
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        # log p = l - softplus(l), log(1 - p) = -softplus(l): stable for large |l|
+        return (actions.to(self.logits.dtype) * self.logits - F.softplus(self.logits)).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        # -p log p - (1 - p) log(1 - p) = softplus(l) - p l
+        return (F.softplus(self.logits) - torch.sigmoid(self.logits) * self.logits).sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        return (self.logits > 0).long()
 
 
 class DiagGaussian:
@@ -159,13 +242,24 @@ class TanhGaussian(DiagGaussian):
         return super().entropy() + (_log_tanh_slope(u) * weights).sum(-1).sum(-1)
 
 
-def distribution_for(action: ActionSpace, head: torch.Tensor) -> Distribution:
+def distribution_for(
+    action: ActionSpace, head: torch.Tensor, mask: torch.Tensor | None = None
+) -> Distribution:
     """The distribution the policy head's output parameterises for this action space.
 
-    Discrete: the head gives logits. Box: the head gives the mean and a log-std, concatenated
-    on the last axis (the model decides whether the log-std depends on the state).
+    Discrete: the head gives logits; MultiDiscrete: each part's logits, concatenated;
+    MultiBinary: a logit per bit. Box: the head gives the mean and a log-std, concatenated on
+    the last axis (the model decides whether the log-std depends on the state). ``mask``
+    (bool, the head's shape; Discrete and MultiDiscrete only): False for the actions that have
+    probability 0.
     """
     if action.kind == "discrete":
-        return Categorical(head)
+        return Categorical(head, mask)
+    if action.kind == "multi_discrete":
+        return MultiCategorical(head, action.nvec, mask)
+    if mask is not None:
+        raise ValueError(f"{action.describe()} actions take no action mask")
+    if action.kind == "multi_binary":
+        return Bernoulli(head)
     mean, log_std = head.chunk(2, dim=-1)
     return (TanhGaussian if action.squash else DiagGaussian)(mean, log_std.exp())

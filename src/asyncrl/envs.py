@@ -20,6 +20,7 @@ video all step envs whose observations are the rows.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import os
@@ -32,37 +33,98 @@ import gymnasium as gym
 import numpy as np
 
 from asyncrl import atari
+from asyncrl.actionmask import ActionMasks, check_probed_mask, mask_source
 from asyncrl.errors import UserError
 from asyncrl.spaces import ObsLayout, PackObservation, PackWrapper, obs_layout
+
+#: each action kind as Gymnasium names its space (for messages)
+ACTION_SPACE_NAMES = {
+    "discrete": "Discrete",
+    "box": "Box",
+    "multi_discrete": "MultiDiscrete",
+    "multi_binary": "MultiBinary",
+}
+
+ActionKind = Literal["discrete", "box", "multi_discrete", "multi_binary"]
 
 
 @dataclass(frozen=True)
 class ActionSpace:
     """The action space as plain data (it travels to worker processes, Ray actors and
-    checkpoints): ``discrete`` with ``n`` actions, or ``box`` with ``shape`` and bounds.
-    ``squash``: the policy's Box actions are squashed into the bounds with tanh rather than
-    clipped (``--squash``; set on the model's copy of the space)."""
+    checkpoints): ``discrete`` with ``n`` actions, ``box`` with ``shape`` and bounds,
+    ``multi_discrete`` with ``nvec`` (the parts' sizes, flattened; ``shape`` the space's), or
+    ``multi_binary`` with ``shape`` bits.
 
-    kind: Literal["discrete", "box"]
+    The policy acts in 0..n-1 (per part); ``start`` (Discrete's and MultiDiscrete's, flattened;
+    empty where all are 0) is added by :meth:`to_env`, as for Box's clipping: the rollout keeps
+    the policy's own action. ``squash``: the policy's Box actions are squashed into the bounds
+    with tanh rather than clipped (``--squash``; set on the model's copy of the space).
+    ``masked``: the env says which actions are valid at each step (``info["action_mask"]``
+    after :class:`asyncrl.actionmask.ActionMasks`), found by :func:`probe_env`."""
+
+    kind: ActionKind
     n: int = 0
     shape: tuple[int, ...] = ()
     low: tuple[float, ...] = ()
     high: tuple[float, ...] = ()
     squash: bool = False
+    nvec: tuple[int, ...] = ()
+    start: tuple[int, ...] = ()
+    masked: bool = False
 
     @property
     def dtype(self) -> type:
-        return np.int64 if self.kind == "discrete" else np.float32
+        return np.float32 if self.kind == "box" else np.int64
 
     @property
     def dim(self) -> int:
-        """Outputs of the policy head: logits per action, or one mean per action dimension."""
-        return self.n if self.kind == "discrete" else int(np.prod(self.shape))
+        """Outputs of the policy head: logits per action (Discrete, one set per part for
+        MultiDiscrete), one per bit (MultiBinary), or one mean per action dimension (Box)."""
+        if self.kind == "discrete":
+            return self.n
+        if self.kind == "multi_discrete":
+            return sum(self.nvec)
+        return int(np.prod(self.shape))
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """The policy's action for one env, as the rollout stores it: () for Discrete, the
+        parts or bits flattened for MultiDiscrete and MultiBinary, the shape for Box."""
+        if self.kind == "discrete":
+            return ()
+        if self.kind == "multi_discrete":
+            return (len(self.nvec),)
+        if self.kind == "multi_binary":
+            return (self.dim,)
+        return self.shape
+
+    @property
+    def parts(self) -> tuple[int, ...]:
+        """The sizes of the categorical parts of the policy's logits: Discrete's one, a
+        MultiDiscrete space's each (an action mask masks each part's actions)."""
+        return (self.n,) if self.kind == "discrete" else self.nvec
+
+    @property
+    def mask_dim(self) -> int:
+        """The entries of an action mask: one per logit (Discrete, MultiDiscrete's parts
+        concatenated); 0 where the env gives none."""
+        return self.dim if self.masked else 0
 
     @classmethod
     def from_gym(cls, space: gym.Space) -> ActionSpace | None:
         if isinstance(space, gym.spaces.Discrete):
-            return cls("discrete", n=int(space.n))
+            start = int(space.start)
+            return cls("discrete", n=int(space.n), start=(start,) if start else ())
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            starts = tuple(int(x) for x in np.ravel(space.start))
+            return cls(
+                "multi_discrete",
+                shape=tuple(space.shape),
+                nvec=tuple(int(x) for x in np.ravel(space.nvec)),
+                start=starts if any(starts) else (),
+            )
+        if isinstance(space, gym.spaces.MultiBinary):
+            return cls("multi_binary", shape=tuple(space.shape))
         if isinstance(space, gym.spaces.Box) and space.shape is not None:
             return cls(
                 "box",
@@ -73,19 +135,37 @@ class ActionSpace:
         return None
 
     def to_env(self, action: np.ndarray) -> np.ndarray:
-        """What the env is given for a policy's action. Box: the Gaussian sample clipped to the
-        bounds, or with ``squash`` mapped into them by tanh; either way the rollout, and so the
+        """What the env is given for a policy's actions ``(B, *sample_shape)``. Discrete and
+        MultiDiscrete: the start added (each part's), in the space's shape; MultiBinary: the
+        bits as int8 in the space's shape. Box: the Gaussian sample clipped to the bounds, or
+        with ``squash`` mapped into them by tanh; either way the rollout, and so the
         log-probability, keeps the sample itself (as SB3 does)."""
         if self.kind == "discrete":
-            return action
+            return action + self.start[0] if self.start else action
+        if self.kind == "multi_discrete":
+            out = action + np.asarray(self.start, np.int64) if self.start else action
+            return out.reshape(len(action), *self.shape)
+        if self.kind == "multi_binary":
+            return action.astype(np.int8).reshape(len(action), *self.shape)
         low = np.asarray(self.low, np.float32).reshape(self.shape)
         high = np.asarray(self.high, np.float32).reshape(self.shape)
         if self.squash:
             return (low + (np.tanh(action) + 1.0) * 0.5 * (high - low)).astype(np.float32)
         return np.clip(action, low, high)
 
+    def from_env(self, action: np.ndarray) -> np.ndarray:
+        """The policy's actions ``(B, *sample_shape)`` of actions ``(B, ...)`` as the env took
+        them: :meth:`to_env` undone for the discrete kinds (Box's are kept as taken)."""
+        a = np.asarray(action)
+        if self.kind == "box":
+            return a
+        if self.kind == "discrete":
+            return a - self.start[0] if self.start else a
+        a = a.reshape(len(a), -1).astype(np.int64)
+        return a - np.asarray(self.start, np.int64) if self.start else a
+
     def describe(self) -> str:
-        return "Discrete" if self.kind == "discrete" else "Box"
+        return ACTION_SPACE_NAMES[self.kind]
 
 
 @dataclass(frozen=True)
@@ -310,12 +390,18 @@ def probe_env(
         raise UserError(f"--env: {env_id} needs a package that is not installed; {fix}") from None
     except Exception as e:  # an optional dependency of the env missing, say
         raise UserError(f"--env: cannot create {env_id!r}: {e}") from None
+    source = None
     try:
-        obs_space = getattr(env, "single_observation_space", env.observation_space)
-        act_space = getattr(env, "single_action_space", env.action_space)
-        obs, _ = env.reset(seed=0)
+        obs, reset_info = env.reset(seed=0)
         if is_atari(spec):
             obs = obs[0]
+        else:  # action masks, in any convention, become info["action_mask"] (bool)
+            source = mask_source(env, reset_info)
+            if source is not None:
+                env = ActionMasks(env)
+                obs, reset_info = env.reset(seed=0)
+        obs_space = getattr(env, "single_observation_space", env.observation_space)
+        act_space = getattr(env, "single_action_space", env.action_space)
     except Exception as e:
         raise UserError(f"--env: {env_id} fails on reset: {type(e).__name__}: {e}") from None
     finally:
@@ -324,10 +410,12 @@ def probe_env(
     if action is None:
         raise UserError(
             f"--env: {env_id} has a {type(act_space).__name__} action space; asyncrl takes "
-            "Discrete and Box actions (flatten others with a wrapper, e.g. "
-            "gymnasium.wrappers.FlattenObservation for observations; a MultiDiscrete action "
-            "space needs a wrapper that maps it to Discrete)"
+            "Discrete, MultiDiscrete, MultiBinary and Box actions (map others to one of these "
+            "with a gymnasium.ActionWrapper)"
         )
+    if source is not None:
+        check_probed_mask(env_id, source, action, reset_info["action_mask"])
+        action = dataclasses.replace(action, masked=True)
     layout = obs_layout(obs_space, obs_keys, env_id)
     if layout is not None:
         try:
@@ -408,25 +496,28 @@ def make_vec_env(
     seed: int = 0,
     kwargs: dict[str, Any] | None = None,
     layout: ObsLayout | None = None,
+    masked: bool = False,
 ) -> gym.vector.VectorEnv:
     """``num_envs`` copies of the env, natively vectorized where the env offers it. With
-    ``layout`` (:attr:`EnvInfo.obs_layout`), each env's structured observations are packed
-    into rows before vectorization (:class:`asyncrl.spaces.PackObservation`): separate envs
-    then, since gymnasium's wrappers go on single envs."""
+    ``masked`` (the probe's :attr:`ActionSpace.masked`), each copy is wrapped in
+    :class:`~asyncrl.actionmask.ActionMasks`, its masks in the info as ``action_mask``; with
+    ``layout`` (:attr:`EnvInfo.obs_layout`), each env's structured observations are then packed
+    into rows (:class:`asyncrl.spaces.PackObservation`). Either makes separate envs, since
+    gymnasium's wrappers go on single envs."""
     spec = env_spec(env_id)
     if is_atari(spec):
         return atari.make_atari_vec_env(spec.id, num_envs, seed, **atari.env_overrides(kwargs))
+    wrappers: list[Any] = [ActionMasks] if masked else []
     if layout is not None:
-        env = gym.make_vec(
-            spec.id,
-            num_envs=num_envs,
-            vectorization_mode="sync",
-            wrappers=[PackWrapper(layout)],
-            **kwargs or {},
-        )
-        return _next_step_autoreset(env, env_id)
-    mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-    env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode=mode, **kwargs or {})
+        wrappers.append(PackWrapper(layout))
+    native = spec.vector_entry_point is not None and not wrappers
+    env = gym.make_vec(
+        spec.id,
+        num_envs=num_envs,
+        vectorization_mode="vector_entry_point" if native else "sync",
+        wrappers=wrappers or None,
+        **kwargs or {},
+    )
     return _next_step_autoreset(env, env_id)
 
 
@@ -451,6 +542,7 @@ def make_eval_vec_env(
     seed: int = 0,
     kwargs: dict[str, Any] | None = None,
     layout: ObsLayout | None = None,
+    masked: bool = False,
 ) -> gym.vector.VectorEnv:
     """Evaluation envs stepped together to play ``episodes`` episodes in waves (of at most
     :data:`EVAL_WAVE_ATARI` or :data:`EVAL_WAVE` envs): on Atari, copies of
@@ -460,20 +552,19 @@ def make_eval_vec_env(
     (:func:`make_vec_env`)."""
     spec = env_spec(env_id)
     if not is_atari(spec):
-        return make_vec_env(env_id, min(episodes, EVAL_WAVE), seed, kwargs, layout)
+        return make_vec_env(env_id, min(episodes, EVAL_WAVE), seed, kwargs, layout, masked)
     fns = [lambda: make_eval_env(env_id, seed, None, kwargs)] * min(episodes, EVAL_WAVE_ATARI)
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
 
 
-def reset_vec_env(env: gym.vector.VectorEnv, env_seeds: list[int]) -> Any:
+def reset_vec_env(env: gym.vector.VectorEnv, env_seeds: list[int]) -> tuple[Any, dict]:
     """Reset with one seed per copy where the vector env takes a list (SyncVectorEnv); a
-    natively vectorized env with one generator for the batch gets the first seed."""
+    natively vectorized env with one generator for the batch gets the first seed. The
+    observations and the info (where an env's action masks are)."""
     if isinstance(env, gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv):
         seeds: list[int | None] = list(env_seeds)
-        obs, _ = env.reset(seed=seeds)
-    else:
-        obs, _ = env.reset(seed=env_seeds[0])
-    return obs
+        return env.reset(seed=seeds)
+    return env.reset(seed=env_seeds[0])
 
 
 def dump_vec_env(env: gym.vector.VectorEnv, env_id: str | None = None) -> bytes | None:
@@ -512,10 +603,12 @@ def make_eval_env(
     render_mode: str | None = None,
     kwargs: dict[str, Any] | None = None,
     layout: ObsLayout | None = None,
+    masked: bool = False,
 ) -> gym.Env:
     """One env for evaluation (and video): whole games and raw scores on Atari, FIRE pressed
-    after a lost life (:class:`asyncrl.atari.FireReset`). ``layout``: its observations packed
-    into rows, as training's are (:func:`make_vec_env`)."""
+    after a lost life (:class:`asyncrl.atari.FireReset`). With ``masked``, its action masks in
+    the info (:class:`~asyncrl.actionmask.ActionMasks`); with ``layout``, its observations then
+    packed into rows, as training's are (:func:`make_vec_env`)."""
     spec = env_spec(env_id)
     if is_atari(spec):
         return atari.make_atari_env(
@@ -530,4 +623,5 @@ def make_eval_env(
     if render_mode is not None:
         kw["render_mode"] = render_mode
     env = gym.make(spec.id, **kw)
+    env = ActionMasks(env) if masked else env
     return env if layout is None else PackObservation(env, layout)

@@ -11,6 +11,11 @@ class UserError(Exception):
     """Bad input: the message names the problem and the fix."""
 
 
+class EnvFault(RuntimeError):
+    """The env produced something the learner must not take (a non-finite value, an action mask
+    with no valid action): the worker stops with one line naming it."""
+
+
 class TrainingError(RuntimeError):
     """The run stopped on an error (a worker fault past the restart limit, divergence, a lost
     parameter server); ``details`` holds the worker's traceback for ``--debug``."""

@@ -187,7 +187,12 @@ class Evaluator:
         def envs_for(episodes: int) -> Any:
             if episodes not in waves:
                 waves[episodes] = make_eval_vec_env(
-                    self.env_id, episodes, self.seed, self.env_kwargs, self.spec.obs_layout
+                    self.env_id,
+                    episodes,
+                    self.seed,
+                    self.env_kwargs,
+                    self.spec.obs_layout,
+                    self.spec.action.masked,
                 )
             return waves[episodes]
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from asyncrl.actionmask import read_masks, without_valid
 from asyncrl.algos import REGISTRY
 from asyncrl.errors import UserError
 from asyncrl.models import (
@@ -71,6 +72,7 @@ class Policy:
         reward: np.ndarray | float | None = None,
         *,
         packed: bool = False,
+        action_mask: np.ndarray | None = None,
     ) -> np.ndarray | int:
         """Action(s) for one observation (shape ``obs_shape``) or a batch (``(N, *obs_shape)``),
         one env per row; the core's state starts from zero after :meth:`reset` (or when the
@@ -95,7 +97,14 @@ class Policy:
         unseeded generator); the Q methods have no stochastic policy of their own and refuse.
         A single observation gives a single action (an int for Discrete actions). Box actions
         come as the env takes them: clipped to the bounds, or squashed into them by tanh for a
-        policy trained with ``--squash``.
+        policy trained with ``--squash``. MultiDiscrete and MultiBinary actions come as arrays
+        in the space's shape; Discrete and MultiDiscrete ones with the space's start added.
+
+        ``action_mask``: the valid actions (bool, or integers 0 and 1 as Gymnasium's Taxi
+        gives them), one entry per action (MultiDiscrete: the parts' concatenated), for one
+        observation or ``(N, ...)`` for a batch, as the env's ``info["action_mask"]``: a masked
+        action is never chosen. None: every action is valid (a policy trained with masks then
+        acts on its logits alone).
         """
         layout = self.spec.obs_layout
         array = isinstance(obs, np.ndarray | torch.Tensor)
@@ -131,13 +140,49 @@ class Policy:
                 )
             starts = torch.from_numpy(flags)
         context = self._context(n, reward, starts)
-        a, self.state = self._eval_step(self.model, x, state, starts, deterministic, rng, context)
+        mask = None if action_mask is None else self._mask(action_mask, n, single)
+        a, self.state = self._eval_step(
+            self.model, x, state, starts, deterministic, rng, context, mask
+        )
         a = self.spec.action.to_env(a)  # as the workers step their envs: clipped, or squashed
         if context is not None:
             self.last_action = a
         if single:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
         return a
+
+    def _mask(self, action_mask: np.ndarray, n: int, single: bool) -> torch.Tensor:
+        """``action_mask`` as the distribution takes it ``(n, mask_dim)`` (bool); one line
+        naming the problem where it is not a mask of this policy's actions."""
+        action = self.spec.action
+        if action.kind not in ("discrete", "multi_discrete"):
+            raise UserError(
+                f"Policy.act: action_mask is for Discrete and MultiDiscrete actions; this "
+                f"policy's are {action.describe()}: drop action_mask"
+            )
+        m = np.asarray(action_mask)
+        dim = action.dim
+        want = (dim,) if single else (n, dim)
+        if m.shape != want:
+            raise UserError(
+                f"Policy.act: action_mask has shape {m.shape}; give {want}, one entry per action"
+                f"{' (the parts concatenated)' if action.kind == 'multi_discrete' else ''}"
+                f"{'' if single else ' for each observation'}"
+            )
+        zero_one = np.issubdtype(m.dtype, np.integer) and bool(((m == 0) | (m == 1)).all())
+        if m.dtype != bool and not zero_one:
+            raise UserError(
+                f"Policy.act: action_mask has dtype {m.dtype}; give bool (or integers 0 and 1)"
+            )
+        m = m.astype(bool).reshape(n, dim)
+        empty = without_valid(m, action.parts)
+        if empty.any():
+            raise UserError(
+                f"Policy.act: action_mask row {int(np.flatnonzero(empty)[0])} allows no action"
+                f"{' in some part' if action.kind == 'multi_discrete' else ''}; give at least "
+                "one valid action"
+            )
+        return torch.from_numpy(m)
 
     def _context(
         self, n: int, reward: np.ndarray | float | None, starts: torch.Tensor
@@ -169,11 +214,12 @@ class Policy:
         reward: np.ndarray | None = None,
         *,
         packed: bool = False,
+        action_mask: np.ndarray | None = None,
     ) -> Any:
-        """:meth:`act` for the rows ``rows`` (indices) of the batch ``obs`` (an array) alone
-        (the envs still in their episode), each from its own core state (and ``reward``'s
-        rows, where given); the other rows' states stay as they were. ``packed``: as
-        :meth:`act`'s."""
+        """:meth:`act` for the rows ``rows`` (indices) of the batch ``obs`` alone (the envs
+        still in their episode), each from its own core state (and ``reward``'s and
+        ``action_mask``'s rows, where given); the other rows' states stay as they were.
+        ``packed``: as :meth:`act`'s."""
         state = self.state if self.state is not None else self.model.initial_state(len(obs))
         last = self.last_action
         idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
@@ -185,6 +231,7 @@ class Policy:
             rng,
             reward=None if reward is None else reward[rows],
             packed=packed,
+            action_mask=None if action_mask is None else action_mask[rows],
         )
         assert self.state is not None  # act leaves the rows' new states
         self.state = state.index_copy(0, idx, self.state)
@@ -227,13 +274,22 @@ def play_episodes(
     n = envs.num_envs
     separate = isinstance(envs, gym.vector.SyncVectorEnv)
     returns: list[float] = []
+    # an env with action masks (each env's in its info: asyncrl.actionmask): the policy
+    # chooses among the valid actions, as in training
+    action = policy.spec.action
+    masked = action.masked
+
+    def masks_of(info: dict, ended: np.ndarray | None) -> np.ndarray | None:
+        return read_masks(info, n, action.parts, ended, policy.env_id) if masked else None
+
     # the parameters stay as they are for the episodes: a bfloat16 conv net acts on weights
     # converted once, as a worker's rollout does (Network.fixed_weights)
     with policy.model.fixed_weights():
         for start in range(0, len(seeds), n):
             wave = seeds[start : start + n]
-            obs = reset_vec_env(envs, wave + [wave[-1] + 1 + i for i in range(n - len(wave))])
+            obs, info = reset_vec_env(envs, wave + [wave[-1] + 1 + i for i in range(n - len(wave))])
             obs = np.array(obs)  # its rows are overwritten below; the vector env's are not ours
+            masks = masks_of(info, None)
             policy.reset()  # each episode starts from a zero core state
             totals = np.zeros(n)
             rewards = np.zeros(n)  # each env's last (for a core that takes it)
@@ -243,16 +299,25 @@ def play_episodes(
                     raise Stopped
                 if separate:
                     rows = np.flatnonzero(live)
-                    actions = policy.act_rows(obs, rows, deterministic, rng, rewards, packed=True)
+                    actions = policy.act_rows(
+                        obs, rows, deterministic, rng, rewards, packed=True, action_mask=masks
+                    )
                     for i, a in zip(rows, actions, strict=True):
-                        obs[i], rewards[i], term, trunc, _ = envs.envs[i].step(a)
+                        obs[i], rewards[i], term, trunc, info = envs.envs[i].step(a)
                         totals[i] += float(rewards[i])
                         live[i] = not (term or trunc)
+                        if masks is not None:
+                            masks[i] = info["action_mask"]
+                    if masks is not None:  # (the ended envs' are never read again)
+                        masks = masks_of({"action_mask": masks}, ~live)
                 else:
-                    actions = policy.act(obs, deterministic, rng, reward=rewards, packed=True)
-                    obs, rewards, term, trunc, _ = envs.step(actions)
+                    actions = policy.act(
+                        obs, deterministic, rng, reward=rewards, packed=True, action_mask=masks
+                    )
+                    obs, rewards, term, trunc, info = envs.step(actions)
                     totals += np.where(live, rewards, 0.0)
                     live &= ~(term | trunc)
+                    masks = masks_of(info, term | trunc)
             returns.extend(totals[: len(wave)].tolist())
     return returns
 
@@ -352,7 +417,12 @@ def evaluate(
     if video is None:
         with _runnable(policy.env_id):
             envs = make_eval_vec_env(
-                policy.env_id, episodes, seed, policy.env_kwargs, policy.spec.obs_layout
+                policy.env_id,
+                episodes,
+                seed,
+                policy.env_kwargs,
+                policy.spec.obs_layout,
+                policy.spec.action.masked,
             )
         try:
             return play_episodes(
@@ -364,7 +434,12 @@ def evaluate(
     try:
         with _runnable(policy.env_id):
             env = make_eval_env(
-                policy.env_id, seed, "rgb_array", policy.env_kwargs, policy.spec.obs_layout
+                policy.env_id,
+                seed,
+                "rgb_array",
+                policy.env_kwargs,
+                policy.spec.obs_layout,
+                policy.spec.action.masked,
             )
             env.reset(seed=seed)
             env.render()  # fails here, not mid-file, if the env cannot render
@@ -375,13 +450,16 @@ def evaluate(
     returns = []
     try:
         for i in range(episodes):
-            obs, _ = env.reset(seed=seed + i)
+            obs, info = env.reset(seed=seed + i)
             policy.reset()  # a recurrent policy starts each episode from a zero state
             total, done, last = 0.0, False, 0.0
             while not done:
                 writer.append_data(_frame(env.render()))
-                action = policy.act(obs, deterministic, rng, reward=last, packed=True)
-                obs, r, term, trunc, _ = env.step(action)
+                mask = info.get("action_mask")  # (an env with masks: asyncrl.actionmask)
+                action = policy.act(
+                    obs, deterministic, rng, reward=last, packed=True, action_mask=mask
+                )
+                obs, r, term, trunc, info = env.step(action)
                 last = float(r)
                 total += last
                 done = term or trunc

@@ -4,6 +4,7 @@ and typed by the spaces."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +25,8 @@ class Rollout:
     """
 
     obs: np.ndarray  # (T+1, B, *obs_shape), the env's dtype
-    actions: np.ndarray  # (T, B, *action_shape): int64 (Discrete) or float32 (Box)
+    actions: np.ndarray  # (T, B, *ActionSpace.sample_shape): int64 (Discrete, MultiDiscrete's
+    #                      parts, MultiBinary's bits) or float32 (Box)
     rewards: np.ndarray  # (T, B) float32: the learning reward (clipped on Atari)
     terminated: np.ndarray  # (T, B) bool: s_{t+1} is terminal
     ends: np.ndarray  # (T, B) bool: the episode ended at t (terminated or truncated)
@@ -39,6 +41,9 @@ class Rollout:
     context: np.ndarray  # (T+1, B, k) float32: what the core takes beside obs[t], the previous
     #                      action and reward (zeros at a first step; k = 0 without
     #                      --prev-action-reward): asyncrl.models.write_context
+    masks: np.ndarray  # (T+1, B, mask_dim) bool: the valid actions at obs[t] as the env gave
+    #                    them when the policy acted (asyncrl.actionmask), the last row obs[T]'s
+    #                    (the Q methods' targets); mask_dim = 0 for an env without masks
     version: int = -1  # of the parameters that acted (the store's; Hogwild's are all 0)
 
     @classmethod
@@ -55,7 +60,7 @@ class Rollout:
         action = action or ActionSpace("discrete", n=2)
         return cls(
             obs=np.zeros((T + 1, B, *obs_shape), obs_dtype),
-            actions=np.zeros((T, B, *action.shape), action.dtype),
+            actions=np.zeros((T, B, *action.sample_shape), action.dtype),
             rewards=np.zeros((T, B), np.float32),
             terminated=np.zeros((T, B), bool),
             ends=np.zeros((T, B), bool),
@@ -64,6 +69,7 @@ class Rollout:
             logp=np.zeros((T, B), np.float32),
             values=np.zeros((T + 1, B), np.float32),
             context=np.zeros((T + 1, B, context_dim), np.float32),
+            masks=np.ones((T + 1, B, action.mask_dim), bool),
         )
 
     @classmethod
@@ -85,6 +91,7 @@ class Rollout:
             logp=self.logp[:n],
             values=self.values[: n + 1],
             context=self.context[: n + 1],
+            masks=self.masks[: n + 1],
             version=self.version,
         )
 
@@ -98,3 +105,10 @@ class Rollout:
 
     def actions_tensor(self) -> torch.Tensor:
         return torch.from_numpy(self.actions)
+
+    def masks_at(self, times: Any = slice(None), envs: Any = slice(None)) -> torch.Tensor | None:
+        """The action masks of the rows ``times`` of the columns ``envs`` (numpy indices) as a
+        tensor, or None where the env has none (nothing to mask, nothing computed)."""
+        if not self.masks.shape[-1]:
+            return None
+        return torch.from_numpy(self.masks[times, envs])

@@ -38,8 +38,10 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from asyncrl.actionmask import read_masks
 from asyncrl.algos import make_algorithm
 from asyncrl.envs import EnvInfo, dump_vec_env, env_seeds, make_vec_env, reset_vec_env
+from asyncrl.errors import EnvFault
 from asyncrl.heap import keep_freed_memory
 from asyncrl.messages import (
     Finished,
@@ -134,10 +136,6 @@ class Store(Protocol):
     def observe(self, obs: np.ndarray) -> None:
         """Merge a rollout's observations into the statistics everyone normalises with."""
         ...
-
-
-class EnvFault(RuntimeError):
-    """The env produced something the learner must not take (a non-finite value)."""
 
 
 class Diverged(RuntimeError):
@@ -244,9 +242,15 @@ class Worker:
         # reward of each env (the rollout's rows zero it where an episode starts)
         self.context_dim = spec.context_dim
         self.context = np.zeros((B, self.context_dim), np.float32)
+        # an env with action masks: each step's, as the env gave them (asyncrl.actionmask);
+        # an env without them has none to read, keep or pass (masks_t rows are None)
+        self.masked = spec.action.masked
         self.buf = Rollout.for_env(self.T, B, info, self.context_dim)
         self.obs_t = torch.from_numpy(self.buf.obs)  # views: buf.obs[t] writes show in obs_t[t]
         self.context_t = list(torch.from_numpy(self.buf.context))  # (B, 0) rows without
+        masks = torch.from_numpy(self.buf.masks)
+        self.masks_t = list(masks) if self.masked else [None] * (self.T + 1)
+        self.mask = np.ones((B, info.action.mask_dim), bool)  # the masks of the obs now
         self.stats = RunningStats()
         if state is not None:  # resuming: the RNG and the algorithm state always come back
             self.rng.bit_generator.state = state["rng"]
@@ -261,8 +265,11 @@ class Worker:
                 # seeds (its incarnation counts from 0 again) would replay the run's opening
                 seeds = [int(s) for s in self.rng.integers(2**32, size=B, dtype=np.uint64)]
                 self.algo.envs_restarted()
-            self.envs = make_vec_env(cfg.env, B, seeds[0], cfg.env_kwargs_dict, info.obs_layout)
-            self.obs = reset_vec_env(self.envs, seeds)
+            self.envs = make_vec_env(
+                cfg.env, B, seeds[0], cfg.env_kwargs_dict, info.obs_layout, self.masked
+            )
+            self.obs, reset_info = reset_vec_env(self.envs, seeds)
+            self.mask = self.read_masks(reset_info, None)
             self.prev_done = np.zeros(B, bool)
             self.first = np.ones(B, bool)  # the next observation starts an episode
             self.ep_return = np.zeros(B, np.float64)
@@ -281,6 +288,7 @@ class Worker:
             "prev_done": self.prev_done.copy(),
             "first": self.first.copy(),
             "context": self.context.copy(),
+            "mask": self.mask.copy(),
             "ep_return": self.ep_return.copy(),
             "ep_length": self.ep_length.copy(),
         }
@@ -292,6 +300,7 @@ class Worker:
         self.first = state["first"]
         # (a checkpoint written before --prev-action-reward has none: no core took it)
         self.context = state.get("context", self.context)
+        self.mask = state.get("mask", self.mask)  # (before masks: none, as the env had)
         self.ep_return = state["ep_return"]
         self.ep_length = state["ep_length"]
 
@@ -397,8 +406,16 @@ class Worker:
                 buf.first[t] = self.first
                 if self.context_dim:
                     np.multiply(self.context, ~self.first[:, None], out=buf.context[t])
+                if self.masked:
+                    buf.masks[t] = self.mask
                 action, logp = algo.act(
-                    self.model, self.obs_t[t], global_step, self.rng, self.first, self.context_t[t]
+                    self.model,
+                    self.obs_t[t],
+                    global_step,
+                    self.rng,
+                    self.first,
+                    self.context_t[t],
+                    self.masks_t[t],
                 )
                 # after an autoreset step, the next observation is a new episode's first
                 self.first = ~valid
@@ -407,6 +424,8 @@ class Worker:
                 to_env = self.action_space.to_env(action)  # Box: clipped, or squashed
                 self.obs, reward, term, trunc, info = self.envs.step(to_env)
                 done = term | trunc
+                if self.masked:
+                    self.mask = self.read_masks(info, done)
                 buf.actions[t] = action
                 buf.logp[t] = logp
                 buf.rewards[t] = (
@@ -440,10 +459,22 @@ class Worker:
                         break
             buf.obs[length] = self.obs
             buf.first[length] = self.first
+            if self.masked:
+                buf.masks[length] = self.mask
             if self.context_dim:
                 np.multiply(self.context, ~self.first[:, None], out=buf.context[length])
             algo.end_rollout(self.model, buf.prefix(length), global_step, self.rng)
         return finished, length
+
+    def read_masks(self, info: dict, done: np.ndarray | None) -> np.ndarray:
+        """The action masks of the envs' observations now ``(B, mask_dim)``, from the reset's or
+        step's ``info`` (``done``: the envs whose observation is an episode's final one);
+        ``(B, 0)`` for an env without masks."""
+        B = self.cfg.envs_per_worker
+        if not self.masked:
+            return np.ones((B, 0), bool)
+        who = f"{self.cfg.env} (worker {self.wid})"
+        return read_masks(info, B, self.action_space.parts, done, who)
 
     def check_env_values(self, ro: Rollout, global_step: int) -> None:
         # One check per rollout, not per step: cheap on the hot path, exact in what it reports.

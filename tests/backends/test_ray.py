@@ -409,6 +409,22 @@ def test_a_dict_observation_trains_on_the_cluster_and_its_policy_acts_on_dicts(c
     assert policy.spec.obs_layout is not None and policy.act(obs) in range(3)
 
 
+def test_masked_multi_discrete_actions_run_on_the_cluster(cluster, run_dir):
+    """The action space (its parts and its masks) travels to the worker actors in the env's
+    probe and the model's spec; each actor wraps its envs and keeps the masks in its rollouts.
+    The env raises on a masked action, in training and in evaluation."""
+    env = "tests.envs_for_tests:asyncrl-test/PickMulti-v0"
+    summary = asyncrl.train(
+        env=env, algo="appo", core="lstm", prev_action_reward=True, backend="ray",
+        address=cluster.address, workers=2, steps=3_000, target_return=1e9,
+        run_dir=str(run_dir), progress=False,
+    )  # fmt: skip
+    assert summary["total_steps"] >= 3_000 and summary["episodes"] > 0
+    policy = asyncrl.load(run_dir)
+    assert policy.spec.action.masked and policy.spec.action.nvec == (4, 4)
+    assert len(asyncrl.evaluate(run_dir, episodes=5)) == 5
+
+
 def test_the_parameter_server_lives_on_the_driver_node(cluster, run_dir):
     import threading
 

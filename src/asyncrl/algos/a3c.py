@@ -64,20 +64,22 @@ class A3C(Algorithm):
     def fresh_parameters(self) -> bool:  # type: ignore[override]
         return self.cfg.vtrace
 
-    def act(self, model, obs, global_step, rng, first, context=None):
-        return model.distribution(self.network_step(model, obs, first, context)).sample_logp(rng)
+    def act(self, model, obs, global_step, rng, first, context=None, mask=None):
+        params = self.network_step(model, obs, first, context)
+        return model.distribution(params, mask).sample_logp(rng)
 
     @classmethod
-    def eval_step(cls, model, obs, state, first, deterministic, rng, context=None):
+    def eval_step(cls, model, obs, state, first, deterministic, rng, context=None, mask=None):
         params, state = model.act(obs, state, first, context)
-        dist = model.distribution(params)
+        dist = model.distribution(params, mask)
         return (dist.mode().numpy() if deterministic else dist.sample(rng)), state
 
     def loss(self, model, rollout: Rollout, target_model=None):
         cfg = self.cfg
         T = rollout.t_max
         params, values = self.unroll(model, rollout)  # (T+1, B, ...), (T+1, B)
-        dist = model.distribution(params[:T])  # the values keep the bootstrap row
+        # the values keep the bootstrap row; the masks are those the policy acted with
+        dist = model.distribution(params[:T], rollout.masks_at(slice(T)))
         v = values[:T]
         logp_a = dist.log_prob(rollout.actions_tensor())
         returns, adv, stats = self.targets(rollout, values.detach().numpy(), logp_a)

@@ -79,17 +79,17 @@ class APPO(A3C):
         super().begin_rollout(model, global_step)
         self.acted_values, self.acted_states = [], []
 
-    def act(self, model, obs, global_step, rng, first, context=None):
+    def act(self, model, obs, global_step, rng, first, context=None, mask=None):
         # the critic too: the targets take the values of the policy that acted (PPO's), which
         # spares the learner a pass over the rollout
         if not self.record_values:
-            return super().act(model, obs, global_step, rng, first, context)
+            return super().act(model, obs, global_step, rng, first, context, mask)
         state = self.carried_state(model, obs)
         if self.record_states:  # a reference: a recurrent core makes a new state each step
             self.acted_states.append(state)
         params, value, self.state = model.act_value(obs, state, torch.from_numpy(first), context)
         self.acted_values.append(value)
-        return model.distribution(params).sample_logp(rng)
+        return model.distribution(params, mask).sample_logp(rng)
 
     def end_rollout(self, model, rollout, global_step, rng):
         if self.acted_states:
@@ -167,7 +167,7 @@ class APPO(A3C):
         their rho, or not (--vtrace-pg ratio: the clipped ratio applies the weight alone)."""
         T = rollout.t_max
         params, values = self.unroll(model, rollout, envs)  # (T+1, n, ...): with the bootstrap
-        dist = model.distribution(params[:T])
+        dist = model.distribution(params[:T], rollout.masks_at(slice(T), envs))
         logp = dist.log_prob(torch.from_numpy(rollout.actions[:, envs]))
         v = values.detach().numpy()
         rho = self.cfg.vtrace_pg == "rho"
@@ -193,7 +193,8 @@ class APPO(A3C):
             a, ret = torch.from_numpy(adv_mb), torch.from_numpy(ret_mb)
         else:
             params, v = self.unroll_minibatch(model, rollout, times, envs, learn_obs)
-            dist = model.distribution(params)
+            # the masks recorded as the policy acted: pi and mu over the same valid actions
+            dist = model.distribution(params, rollout.masks_at(times, envs))
             logp = dist.log_prob(torch.from_numpy(rollout.actions[times, envs]))
             mb_adv = adv[times, envs]
             if cfg.normalize_advantage and cfg.normalize_over == "minibatch":

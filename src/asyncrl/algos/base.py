@@ -140,11 +140,14 @@ class Algorithm(ABC):
         rng: np.random.Generator,
         first: np.ndarray,
         context: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Behaviour actions for a batch of observations ``(B, *obs_shape)`` and their
         log-probabilities under the behaviour policy; under no_grad. ``first[i]``: ``obs[i]``
         starts an episode (a recurrent state restarts from zero). ``context``: the previous
-        action and reward ``(B, k)``, for a core that takes them (``Rollout.context``)."""
+        action and reward ``(B, k)``, for a core that takes them (``Rollout.context``).
+        ``mask``: the valid actions ``(B, mask_dim)`` (bool) of an env with action masks
+        (``Rollout.masks``), None for one without; a masked action is never taken."""
 
     @abstractmethod
     def loss(
@@ -173,10 +176,12 @@ class Algorithm(ABC):
         deterministic: bool,
         rng: np.random.Generator,
         context: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
     ) -> tuple[np.ndarray, torch.Tensor]:
         """The evaluation policy's actions for a batch (the mode, or argmax Q; a sample with
         ``deterministic=False`` where the algorithm has a stochastic policy) and the core's new
-        state; under no_grad. The same network call as :meth:`act`, with the caller's state."""
+        state; under no_grad. The same network call as :meth:`act`, with the caller's state;
+        ``mask`` as :meth:`act`'s."""
 
 
 def model_spec_for(

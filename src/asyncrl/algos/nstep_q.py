@@ -6,7 +6,7 @@ max_a Q(s, a; theta^-):  y_t = r_t + gamma r_{t+1} + ... + gamma^k max_a Q(s_{t+
 
 from __future__ import annotations
 
-from asyncrl.algos.qlearning import ValueBased
+from asyncrl.algos.qlearning import ValueBased, masked_max
 
 
 class NStepQ(ValueBased):
@@ -16,4 +16,4 @@ class NStepQ(ValueBased):
         return self.cfg.horizon
 
     def bootstrap(self, target_q, rollout):
-        return target_q.max(-1)
+        return masked_max(target_q, rollout.masks[1:])  # the max over s_{t+1}'s valid actions

@@ -9,7 +9,7 @@ taken in one batched backward pass (tests/test_optim.py checks the two are equal
 
 from __future__ import annotations
 
-from asyncrl.algos.qlearning import ValueBased
+from asyncrl.algos.qlearning import ValueBased, masked_max
 from asyncrl.algos.settings import OneStepSettings
 
 
@@ -25,4 +25,4 @@ class OneStepQ(ValueBased):
         return 1
 
     def bootstrap(self, target_q, rollout):
-        return target_q.max(-1)
+        return masked_max(target_q, rollout.masks[1:])  # the max over s_{t+1}'s valid actions

@@ -51,15 +51,16 @@ class OneStepSarsa(ValueBased):
     def horizon(self) -> int:
         return 1
 
-    def act(self, model, obs, global_step, rng, first, context=None):
+    def act(self, model, obs, global_step, rng, first, context=None, mask=None):
         if self.pending is not None:
             acted, self.pending = self.pending, None
             return acted
-        return super().act(model, obs, global_step, rng, first, context)
+        return super().act(model, obs, global_step, rng, first, context, mask)
 
     def end_rollout(self, model, rollout, global_step, rng):
         obs, context = torch.from_numpy(rollout.obs[-1]), torch.from_numpy(rollout.context[-1])
-        self.pending = super().act(model, obs, global_step, rng, rollout.first[-1], context)
+        mask = rollout.masks_at(-1)  # the valid actions at obs[-1], where a' is taken
+        self.pending = super().act(model, obs, global_step, rng, rollout.first[-1], context, mask)
 
     def bootstrap(self, target_q, rollout):
         assert self.pending is not None

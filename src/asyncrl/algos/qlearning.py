@@ -51,27 +51,35 @@ class ValueBased(Algorithm):
         frac = min(1.0, global_step / cfg.eps_anneal_steps)
         return cfg.eps_start + frac * (self.eps_final - cfg.eps_start)
 
-    def act(self, model, obs, global_step, rng, first, context=None):
-        greedy = self.network_step(model, obs, first, context).argmax(-1).numpy()
+    def act(self, model, obs, global_step, rng, first, context=None, mask=None):
+        q = self.network_step(model, obs, first, context)
+        greedy = masked_argmax(q, mask)
         self.last_epsilon = eps = self.epsilon(global_step)
-        n = self.info.n_actions
         explore = rng.random(greedy.shape[0]) < eps
         actions = greedy.copy()
-        if explore.any():
-            actions[explore] = rng.integers(n, size=int(explore.sum()))
-        # epsilon-greedy: eps/n for each action, plus 1 - eps for the greedy one
+        if mask is None:
+            n = self.info.n_actions
+            if explore.any():
+                actions[explore] = rng.integers(n, size=int(explore.sum()))
+        else:  # explore among the valid actions only: the k-th valid one, k uniform
+            valid = mask.numpy()
+            n = valid.sum(-1)
+            if explore.any():
+                k = rng.integers(n[explore])
+                actions[explore] = (np.cumsum(valid[explore], -1) <= k[:, None]).sum(-1)
+        # epsilon-greedy: eps/n for each (valid) action, plus 1 - eps for the greedy one
         p = np.where(actions == greedy, 1.0 - eps + eps / n, eps / n)
         return actions, np.log(p).astype(np.float32)
 
     @classmethod
-    def eval_step(cls, model, obs, state, first, deterministic, rng, context=None):
+    def eval_step(cls, model, obs, state, first, deterministic, rng, context=None, mask=None):
         if not deterministic:  # before the state moves on
             raise UserError(
                 f"{cls.name} learns Q values and acts greedily at evaluation; its exploration "
                 "epsilon is a training schedule, not a policy: evaluate it deterministically"
             )
         q, state = model.act(obs, state, first, context)
-        return q.argmax(-1).numpy(), state
+        return masked_argmax(q, mask), state
 
     @abstractmethod
     def horizon(self) -> int:
@@ -101,9 +109,25 @@ class ValueBased(Algorithm):
         mask = torch.from_numpy(rollout.valid).float()
         td = torch.from_numpy(targets) - q_sa
         loss = (td.pow(2) * mask).sum() / self.loss_denominator(rollout)
-        max_q = (q.detach().max(-1).values * mask).sum() / mask.sum().clamp(min=1.0)
+        max_q = (masked_max(q.detach().numpy(), rollout.masks[:T]) * rollout.valid).sum()
+        max_q /= max(rollout.valid.sum(), 1)
         return loss, {
             "loss/q_loss": float(loss.detach()),
             "train/mean_max_q": float(max_q),
             "train/epsilon": self.last_epsilon,
         }
+
+
+def masked_argmax(q: torch.Tensor, mask: torch.Tensor | None) -> np.ndarray:
+    """argmax_a Q(s, a) per row over the valid actions (``mask``, bool, Q's shape; None: all)."""
+    if mask is not None:
+        q = q.masked_fill(~mask, -torch.inf)
+    return q.argmax(-1).numpy()
+
+
+def masked_max(q: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """max_a Q(s, a) over the valid actions (``masks``, bool, Q's shape; with no entries, an
+    env without masks: all). Every row has one (:func:`asyncrl.actionmask.read_masks`)."""
+    if not masks.shape[-1]:
+        return q.max(-1)
+    return np.where(masks, q, -np.inf).max(-1)

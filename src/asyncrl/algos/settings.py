@@ -259,11 +259,13 @@ SECTIONS: dict[str, type[RolloutSettings]] = {
     "onestep-sarsa": OneStepSettings,
 }
 
-#: The action spaces each algorithm takes: the Q methods' argmax needs a finite set of actions;
-#: the actor-critics sample a categorical or a Gaussian.
+#: The action spaces each algorithm takes: the Q methods' argmax needs one finite set of
+#: actions (a MultiDiscrete space's product of parts, or MultiBinary's 2^bits, would need a Q
+#: value for each combination); the actor-critics sample a categorical (a factorised one per
+#: part for MultiDiscrete), a Bernoulli per bit or a Gaussian.
 ACTION_KINDS: dict[str, tuple[str, ...]] = {
-    "a3c": ("discrete", "box"),
-    "appo": ("discrete", "box"),
+    "a3c": ("discrete", "box", "multi_discrete", "multi_binary"),
+    "appo": ("discrete", "box", "multi_discrete", "multi_binary"),
     "nstep-q": ("discrete",),
     "onestep-q": ("discrete",),
     "onestep-sarsa": ("discrete",),

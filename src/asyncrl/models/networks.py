@@ -231,8 +231,10 @@ class ActorCritic(Network):
             out = torch.cat([out, std.log()], dim=-1)
         return out
 
-    def distribution(self, params: torch.Tensor) -> Distribution:
-        return distribution_for(self.action, params)
+    def distribution(self, params: torch.Tensor, mask: torch.Tensor | None = None) -> Distribution:
+        """The action distribution of the policy head's ``params``; ``mask`` (bool, the
+        logits' shape): the valid actions, the others of probability 0."""
+        return distribution_for(self.action, params, mask)
 
 
 class QNetwork(Network):

@@ -85,6 +85,10 @@ class ModelSpec:
             tuple(a["low"]),
             tuple(a["high"]),
             a.get("squash", False),
+            # (specs written before MultiDiscrete actions and masks have none of these)
+            tuple(a.get("nvec", ())),
+            tuple(a.get("start", ())),
+            a.get("masked", False),
         )
         return cls(
             **{
@@ -103,12 +107,19 @@ def write_context(
 ) -> None:
     """The core's context for the step after ``acted`` ``(B, ...)`` (as the env took it) and
     ``reward`` ``(B,)``, written into ``out`` ``(B, action.dim + 1)``: the action one-hot for
-    Discrete actions (a number would order them), itself for Box ones, then the reward. An
-    episode's first step gets zeros instead (the caller's: it knows which steps are first)."""
+    Discrete actions (a number would order them; the space's start taken off), a one-hot per
+    part for MultiDiscrete ones, the bits for MultiBinary ones and the action itself for Box
+    ones, then the reward. An episode's first step gets zeros instead (the caller's: it knows
+    which steps are first)."""
     k = action.dim
     if action.kind == "discrete":
         out[:, :k] = 0.0
-        out[np.arange(len(acted)), acted] = 1.0
+        out[np.arange(len(acted)), action.from_env(acted)] = 1.0
+    elif action.kind == "multi_discrete":
+        out[:, :k] = 0.0
+        # part j's one-hot starts at the sum of the sizes of the parts before it
+        offsets = np.cumsum((0, *action.nvec[:-1]))
+        out[np.arange(len(acted))[:, None], action.from_env(acted) + offsets] = 1.0
     else:
         out[:, :k] = acted.reshape(len(acted), k)
     out[:, k] = reward
