@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from asyncrl.actionmask import KEY as ACTION_MASK_KEY
 from asyncrl.actionmask import read_masks, without_valid
 from asyncrl.algos import REGISTRY
 from asyncrl.errors import UserError
@@ -106,6 +107,8 @@ class Policy:
         action is never chosen. None: every action is valid (a policy trained with masks then
         acts on its logits alone).
         """
+        if isinstance(obs, Mapping) and ACTION_MASK_KEY in obs:
+            obs, action_mask = self._mask_of_obs(obs, action_mask)
         layout = self.spec.obs_layout
         array = isinstance(obs, np.ndarray | torch.Tensor)
         if layout is not None and not packed and (layout.leaves[0].path == () or not array):
@@ -150,6 +153,18 @@ class Policy:
         if single:
             return int(a[0]) if self.spec.action.kind == "discrete" else a[0]
         return a
+
+    def _mask_of_obs(self, obs: Mapping, action_mask: Any) -> tuple[Any, Any]:
+        """A Dict observation's ``action_mask`` key (PettingZoo's convention) is the mask, not
+        a leaf, as training read it (:class:`asyncrl.actionmask.ActionMasks`): the observation
+        without it (the one key left, itself, where one is) and the mask, unless ``action_mask``
+        is given too."""
+        rest = {k: v for k, v in obs.items() if k != ACTION_MASK_KEY}
+        if action_mask is None and self.spec.action.masked:
+            action_mask = obs[ACTION_MASK_KEY]
+        if len(rest) == 1 and self.spec.obs_layout is None:
+            return next(iter(rest.values())), action_mask
+        return rest, action_mask
 
     def _mask(self, action_mask: np.ndarray, n: int, single: bool) -> torch.Tensor:
         """``action_mask`` as the distribution takes it ``(n, mask_dim)`` (bool); one line
