@@ -65,9 +65,9 @@ def test_the_page_checks_trains_evaluates_and_exports_its_env(user_dir):
     pytest.importorskip("onnxruntime")
     done = asyncrl_cli(*export[1:])
     assert done.returncode == 0, done.stderr
-    from asyncrl.onnx_policy import OnnxPolicy
-
     import corridor
+
+    from asyncrl.onnx_policy import OnnxPolicy
 
     onnx, policy = OnnxPolicy("corridor.onnx"), asyncrl.load("runs/corridor")
     env = corridor.Corridor()
