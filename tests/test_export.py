@@ -24,10 +24,12 @@ import torch
 import asyncrl
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.cli import main
+from asyncrl.envs import ActionSpace
 from asyncrl.errors import UserError
-from asyncrl.export import MASKED_SCORE, export_policy
-from asyncrl.models import build_model
+from asyncrl.export import MASKED_SCORE, export_policy, obs_ports, pack_obs
+from asyncrl.models import ModelSpec, build_model
 from asyncrl.onnx_policy import OnnxPolicy
+from asyncrl.spaces import obs_layout
 
 # PyTorch 2.13 marks torch.jit deprecated; the TorchScript exports load with it all the same
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
@@ -68,6 +70,8 @@ RUNS: dict[str, dict] = {
     "minigrid": dict(env="MiniGrid-DoorKey-5x5-v0", obs_keys=("image", "direction"), steps=1_000),
     # a Discrete observation: one leaf with the empty name, the input ``obs``
     "discrete-obs": dict(env="FrozenLake-v1", steps=1_000),
+    # a Tuple observation of three Discretes: the inputs obs.0, obs.1, obs.2
+    "tuple": dict(env="Blackjack-v1", steps=1_000),
     # a Dict observation through a recurrent core that takes the previous action and reward
     "dict-lstm": dict(
         env="asyncrl-test/DictCue-v0", steps=1_000, core="lstm", prev_action_reward=True
@@ -285,6 +289,7 @@ def test_a_dict_observation_is_one_input_a_leaf_in_its_own_dtype(runs, tmp_path,
             ("obs.pos", ["batch", 2], "tensor(float)"),
         ],
         "discrete-obs": [("obs", ["batch"], "tensor(int64)")],
+        "tuple": [(f"obs.{i}", ["batch"], "tensor(int64)") for i in range(3)],
         "dict-lstm": [
             *[(f"obs.{k}", None, None) for k in ("cue", "extra.0", "extra.1.k", "image", "pos")],
             ("state", None, "tensor(float)"),
@@ -366,6 +371,74 @@ def test_the_runner_takes_one_dict_observation_and_names_a_misfit(runs, tmp_path
     batch = {**obs, "cue": np.array([obs["cue"]] * 2)}  # one leaf a batch, the others not
     with pytest.raises(ValueError, match="give every leaf the batch axis, or none"):
         runner.act(batch)
+    # a Tuple observation, as Blackjack gives it (a tuple of Python ints), one or a batch
+    out = tmp_path / "tuple.onnx"
+    export_policy(runs("tuple"), out)
+    policy, runner = asyncrl.load(runs("tuple")), OnnxPolicy(out)
+    obs, _ = gym.make("Blackjack-v1").reset(seed=0)
+    assert isinstance(obs, tuple) and runner.act(obs) == policy.act(obs)
+    batch = tuple(np.array([x, x]) for x in obs)
+    np.testing.assert_array_equal(runner.act(batch), policy.act(batch))
+
+
+def spec_of(space: gym.Space) -> ModelSpec:
+    layout = obs_layout(space)
+    assert layout is not None
+    return ModelSpec(
+        kind="actor-critic",
+        obs_shape=(layout.size,),
+        action=ActionSpace("discrete", n=2),
+        obs_dtype=layout.dtype,
+        obs_leaves=layout.leaves,
+    )
+
+
+S = gym.spaces
+
+
+@pytest.mark.parametrize(
+    ("space", "names"),
+    [
+        (S.Tuple((S.Discrete(5, start=-2), S.Box(-1, 1, (2, 3)))), ["obs.0", "obs.1"]),
+        (S.MultiDiscrete([[2, 3], [4, 5]], start=[[1, 0], [0, -3]]), ["obs"]),
+        (S.MultiBinary([2, 2]), ["obs"]),
+        (
+            S.Dict({"b": S.Box(0, 1, (3,), bool), "a": S.Tuple((S.Box(0, 9, (2,), np.int32),))}),
+            ["obs.a.0", "obs.b"],
+        ),
+    ],
+)
+def test_pack_obs_packs_as_the_layout_does(space, names):
+    """The module's packing of its inputs is :meth:`ObsLayout.pack`'s, value for value, on a
+    batch of the space's own samples (Discrete starts, 2-D MultiDiscretes, bools, ints)."""
+    spec = spec_of(space)
+    ports = obs_ports(spec)
+    assert [p.name for p in ports] == names
+    space.seed(0)
+    samples = [space.sample() for _ in range(7)]
+    layout = spec.obs_layout
+    assert layout is not None
+    want = np.stack([layout.pack(x) for x in samples])
+    leaves = [np.stack([np.asarray(_at(x, leaf.path)) for x in samples]) for leaf in layout.leaves]
+    for port, x in zip(ports, leaves, strict=True):
+        assert x.dtype == np.dtype(port.dtype) and x.shape[1:] == port.shape[1:]
+    got = pack_obs(spec, [torch.from_numpy(x) for x in leaves])
+    assert got.dtype == getattr(torch, layout.dtype)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def _at(obs, path):
+    for key in path:
+        obs = obs[key]
+    return obs
+
+
+def test_two_leaves_of_one_input_name_are_refused():
+    spec = spec_of(S.Dict({"a.b": S.Discrete(2), "a": S.Dict({"b": S.Discrete(3)})}))
+    with pytest.raises(
+        UserError, match=r"\['a', 'b'\] and \['a.b'\] would both be the input obs.a.b"
+    ):
+        obs_ports(spec)
 
 
 def test_the_lstm_state_is_h_then_c(runs, tmp_path):

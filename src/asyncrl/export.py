@@ -123,7 +123,7 @@ def obs_ports(spec: ModelSpec) -> list[Port]:
                 "observations as the env gives them (uint8 frames unscaled)",
             )
         ]
-    return [
+    ports = [
         Port(
             obs_input_name(leaf),
             ("batch", *leaf.shape),
@@ -132,6 +132,16 @@ def obs_ports(spec: ModelSpec) -> list[Port]:
         )
         for leaf in spec.obs_leaves
     ]
+    seen: dict[str, ObsLeaf] = {}
+    for port, leaf in zip(ports, spec.obs_leaves, strict=True):
+        if port.name in seen:  # keys holding a "." ({"a.b": ..., "a": {"b": ...}})
+            raise UserError(
+                f"the observation's leaves {list(seen[port.name].path)} and {list(leaf.path)} "
+                f"would both be the input {port.name}; rename a key of the env's observation "
+                "(a wrapper) to export this policy"
+            )
+        seen[port.name] = leaf
+    return ports
 
 
 def pack_obs(spec: ModelSpec, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
