@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import re
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -21,10 +24,12 @@ import torch
 import asyncrl
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.cli import main
+from asyncrl.envs import ActionSpace
 from asyncrl.errors import UserError
-from asyncrl.export import MASKED_SCORE, export_policy
-from asyncrl.models import build_model
+from asyncrl.export import MASKED_SCORE, export_policy, obs_ports, pack_obs
+from asyncrl.models import ModelSpec, build_model
 from asyncrl.onnx_policy import OnnxPolicy
+from asyncrl.spaces import obs_layout
 
 # PyTorch 2.13 marks torch.jit deprecated; the TorchScript exports load with it all the same
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
@@ -58,8 +63,21 @@ RUNS: dict[str, dict] = {
     "prev-box": dict(
         env="Pendulum-v1", steps=1_000, core="gru", prev_action_reward=True, reward_scale=0.1
     ),
+    # a Dict observation with a leaf of every kind (an image, a normalised vector, a Discrete
+    # from 1, a Tuple of a MultiBinary and a Dict of a MultiDiscrete), packed into float32 rows
+    "dict": dict(env="asyncrl-test/DictCue-v0", steps=3_000, normalize_obs=True),
+    # MiniGrid's image and direction, packed into uint8 rows, its mission text left out
+    "minigrid": dict(env="MiniGrid-DoorKey-5x5-v0", obs_keys=("image", "direction"), steps=1_000),
+    # a Discrete observation: one leaf with the empty name, the input ``obs``
+    "discrete-obs": dict(env="FrozenLake-v1", steps=1_000),
+    # a Tuple observation of three Discretes: the inputs obs.0, obs.1, obs.2
+    "tuple": dict(env="Blackjack-v1", steps=1_000),
+    # a Dict observation through a recurrent core that takes the previous action and reward
+    "dict-lstm": dict(
+        env="asyncrl-test/DictCue-v0", steps=1_000, core="lstm", prev_action_reward=True
+    ),
 }
-RECURRENT = {"lstm", "gru", "prev-discrete", "prev-box"}
+RECURRENT = {"lstm", "gru", "prev-discrete", "prev-box", "dict-lstm"}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +87,8 @@ def runs(tmp_path_factory):
     made: dict[str, Path] = {}
 
     def get(name: str) -> Path:
+        if name == "minigrid":
+            pytest.importorskip("minigrid")
         if name not in made:
             path = base / name
             asyncrl.train(run_dir=str(path), seed=0, **{**QUICK, **RUNS[name]})
@@ -78,14 +98,32 @@ def runs(tmp_path_factory):
     return get
 
 
-def episodes_of(name: str, policy: asyncrl.Policy) -> dict[str, np.ndarray]:
+def episodes_of(name: str, policy: asyncrl.Policy) -> dict[str, Any]:
     """1,000 observations to act on: one batch of 1,000 for a feed-forward net; for a
-    recurrent core 125 steps of 8 envs, with episode starts and rewards along the way."""
+    recurrent core 125 steps of 8 envs, with episode starts and rewards along the way.
+    ``obs``: one batch a step; a structured observation's as the env gives it (dicts and
+    tuples of the leaves, each with the batch axis)."""
     rng = np.random.default_rng(1)
     shape, dtype = policy.spec.obs_shape, np.dtype(policy.spec.obs_dtype)
     steps, envs = (125, 8) if name in RECURRENT else (1, 1000)
     size = (steps, envs, *shape)
-    if dtype == np.uint8:
+    layout = policy.spec.obs_layout
+    obs: Any
+    if layout is not None:  # packed rows of the leaves' values, unpacked
+        rows = np.zeros(size, dtype)
+        for leaf in layout.leaves:
+            part = (steps, envs, leaf.size)
+            if leaf.kind in ("discrete", "multidiscrete"):
+                v = rng.integers(0, np.asarray(leaf.nvec), part)  # stored values, from 0
+            elif leaf.kind == "multibinary" or leaf.dtype == "bool":
+                v = rng.integers(0, 2, part)
+            elif leaf.dtype == "uint8":
+                v = rng.integers(0, 256, part)
+            else:
+                v = rng.normal(0.0, 1.5, part)
+            rows[..., leaf.offset : leaf.offset + leaf.size] = v
+        obs = [layout.unpack(r) for r in rows]
+    elif dtype == np.uint8:
         obs = rng.integers(0, 256, size, dtype=np.uint8)
     elif dtype == np.bool_:
         obs = rng.random(size) < 0.5
@@ -96,7 +134,7 @@ def episodes_of(name: str, policy: asyncrl.Policy) -> dict[str, np.ndarray]:
     return {"obs": obs, "first": first, "reward": reward}
 
 
-def reference_actions(policy: asyncrl.Policy, data: dict[str, np.ndarray]) -> np.ndarray:
+def reference_actions(policy: asyncrl.Policy, data: dict[str, Any]) -> np.ndarray:
     policy.reset()
     return np.stack(
         [
@@ -110,7 +148,7 @@ def reference_actions(policy: asyncrl.Policy, data: dict[str, np.ndarray]) -> np
 #: asyncrl package), onnxruntime and NumPy
 NO_TORCH = textwrap.dedent(
     """
-    import importlib.util, sys
+    import importlib.util, pickle, sys
 
     class NoTorch:
         def find_spec(self, name, path=None, target=None):
@@ -125,7 +163,8 @@ NO_TORCH = textwrap.dedent(
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
     policy = runner.OnnxPolicy(sys.argv[2])
-    data = np.load(sys.argv[3])
+    with open(sys.argv[3], "rb") as f:
+        data = pickle.load(f)
     actions = [
         policy.act(obs, first=first, reward=reward)
         for obs, first, reward in zip(data["obs"], data["first"], data["reward"])
@@ -136,10 +175,11 @@ NO_TORCH = textwrap.dedent(
 )
 
 
-def run_without_torch(model: Path, data: dict[str, np.ndarray], tmp_path: Path) -> np.ndarray:
-    np.savez(tmp_path / "data.npz", **data)
+def run_without_torch(model: Path, data: dict[str, Any], tmp_path: Path) -> np.ndarray:
+    with open(tmp_path / "data.pkl", "wb") as f:
+        pickle.dump(data, f)  # NumPy arrays in dicts and tuples: no PyTorch to unpickle
     out = tmp_path / "actions.npy"
-    args = [str(RUNNER), str(model), str(tmp_path / "data.npz"), str(out)]
+    args = [str(RUNNER), str(model), str(tmp_path / "data.pkl"), str(out)]
     r = subprocess.run(
         [sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, timeout=120
     )
@@ -190,7 +230,9 @@ class TorchScriptPolicy(OnnxPolicy):
             return {k: v.numpy() for k, v in zip(self.outputs, self.module(*args), strict=True)}
 
 
-@pytest.mark.parametrize("name", ["cartpole", "frames", "pendulum-squash", "lstm", "prev-box"])
+@pytest.mark.parametrize(
+    "name", ["cartpole", "frames", "pendulum-squash", "lstm", "prev-box", "dict", "dict-lstm"]
+)
 def test_the_torchscript_policy_acts_as_the_loaded_policy(name, runs, tmp_path):
     run = runs(name)
     out = tmp_path / "policy.pt"
@@ -233,6 +275,170 @@ def test_the_interface_is_named_as_documented(runs, tmp_path):
     lstm = ort.InferenceSession(str(tmp_path / "lstm.onnx"), providers=["CPUExecutionProvider"])
     size = asyncrl.load(runs("lstm")).spec.core_size
     assert lstm.get_inputs()[1].shape == ["batch", 2 * size]  # h then c
+
+
+def test_a_dict_observation_is_one_input_a_leaf_in_its_own_dtype(runs, tmp_path, capsys):
+    """``obs.KEY`` per leaf of a Dict (nested: ``obs.extra.0``), in the layout's order and the
+    leaf's shape and dtype; a Discrete observation is the one input ``obs``."""
+    cases = {
+        "dict": [
+            ("obs.cue", ["batch"], "tensor(int64)"),
+            ("obs.extra.0", ["batch", 2], "tensor(int8)"),
+            ("obs.extra.1.k", ["batch", 2], "tensor(int64)"),
+            ("obs.image", ["batch", 6, 6, 3], "tensor(uint8)"),
+            ("obs.pos", ["batch", 2], "tensor(float)"),
+        ],
+        "discrete-obs": [("obs", ["batch"], "tensor(int64)")],
+        "tuple": [(f"obs.{i}", ["batch"], "tensor(int64)") for i in range(3)],
+        "dict-lstm": [
+            *[(f"obs.{k}", None, None) for k in ("cue", "extra.0", "extra.1.k", "image", "pos")],
+            ("state", None, "tensor(float)"),
+            ("prev_action", ["batch"], "tensor(int64)"),
+            ("prev_reward", ["batch"], "tensor(float)"),
+        ],
+    }
+    for name, want in cases.items():
+        out = tmp_path / f"{name}.onnx"
+        export_policy(runs(name), out)
+        session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        got = session.get_inputs()
+        assert [i.name for i in got] == [w[0] for w in want]
+        for i, (_, shape, dtype) in zip(got, want, strict=True):
+            assert shape is None or i.shape == shape, (i.name, i.shape)
+            assert dtype is None or i.type == dtype, (i.name, i.type)
+        info = json.loads(session.get_modelmeta().custom_metadata_map["asyncrl"])
+        assert [p["name"] for p in info["inputs"]] == [i.name for i in got]
+    info = json.loads(
+        ort.InferenceSession(str(tmp_path / "dict.onnx"), providers=["CPUExecutionProvider"])
+        .get_modelmeta()
+        .custom_metadata_map["asyncrl"]
+    )
+    assert [leaf["path"] for leaf in info["obs_leaves"]] == [
+        ["cue"],
+        ["extra", 0],
+        ["extra", 1, "k"],
+        ["image"],
+        ["pos"],
+    ]
+    assert main(["export", str(runs("dict")), "--out", str(tmp_path / "cli.onnx")]) == 0
+    assert (
+        "inputs: obs.cue int64[batch], obs.extra.0 int8[batch,2], obs.extra.1.k int64[batch,2], "
+        "obs.image uint8[batch,6,6,3], obs.pos float32[batch,2]\n"
+    ) in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["dict", "minigrid"])
+def test_the_module_packs_the_leaves_as_the_rollout_does(name, runs, tmp_path):
+    """The ONNX module's logits on the leaves are the network's on the rows
+    ``ObsLayout.pack`` makes of them: the same packing (order, starts, casts), not only the
+    same argmax."""
+    run = runs(name)
+    out = tmp_path / "p.onnx"
+    export_policy(run, out)
+    policy = asyncrl.load(run)
+    layout = policy.spec.obs_layout
+    assert layout is not None
+    obs = episodes_of(name, policy)["obs"][0]
+    rows = torch.from_numpy(layout.pack(obs))
+    with torch.no_grad():
+        n = len(rows)
+        want, _ = policy.model.act(rows, policy.model.initial_state(n), torch.zeros(n, dtype=bool))
+    runner = OnnxPolicy(out)
+    feeds, single = runner.obs_feeds(obs)
+    assert not single and set(feeds) == {f"obs.{leaf}" for leaf in layout.names}
+    _, logits = runner.run(**feeds).values()
+    np.testing.assert_allclose(logits, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_runner_takes_one_dict_observation_and_names_a_misfit(runs, tmp_path):
+    out = tmp_path / "p.onnx"
+    export_policy(runs("dict"), out)
+    policy, runner = asyncrl.load(runs("dict")), OnnxPolicy(out)
+    env = gym.make("asyncrl-test/DictCue-v0")
+    obs, _ = env.reset(seed=0)
+    for _ in range(20):
+        action = runner.act(obs)
+        assert isinstance(action, int) and action == policy.act(obs)
+        obs, *_ = env.step(action)
+    with pytest.raises(ValueError, match=r"the observation has no 'pos' \(the input obs\.pos"):
+        runner.act({k: v for k, v in obs.items() if k != "pos"})
+    with pytest.raises(
+        ValueError, match=r"the observation's extra has no 1 \(the input obs\.extra"
+    ):
+        runner.act({**obs, "extra": obs["extra"][:1]})
+    with pytest.raises(ValueError, match=r"obs.image has shape \(6, 6\)"):
+        runner.act({**obs, "image": obs["image"][..., 0]})
+    batch = {**obs, "cue": np.array([obs["cue"]] * 2)}  # one leaf a batch, the others not
+    with pytest.raises(ValueError, match="give every leaf the batch axis, or none"):
+        runner.act(batch)
+    # a Tuple observation, as Blackjack gives it (a tuple of Python ints), one or a batch
+    out = tmp_path / "tuple.onnx"
+    export_policy(runs("tuple"), out)
+    policy, runner = asyncrl.load(runs("tuple")), OnnxPolicy(out)
+    obs, _ = gym.make("Blackjack-v1").reset(seed=0)
+    assert isinstance(obs, tuple) and runner.act(obs) == policy.act(obs)
+    batch = tuple(np.array([x, x]) for x in obs)
+    np.testing.assert_array_equal(runner.act(batch), policy.act(batch))
+
+
+def spec_of(space: gym.Space) -> ModelSpec:
+    layout = obs_layout(space)
+    assert layout is not None
+    return ModelSpec(
+        kind="actor-critic",
+        obs_shape=(layout.size,),
+        action=ActionSpace("discrete", n=2),
+        obs_dtype=layout.dtype,
+        obs_leaves=layout.leaves,
+    )
+
+
+S = gym.spaces
+
+
+@pytest.mark.parametrize(
+    ("space", "names"),
+    [
+        (S.Tuple((S.Discrete(5, start=-2), S.Box(-1, 1, (2, 3)))), ["obs.0", "obs.1"]),
+        (S.MultiDiscrete([[2, 3], [4, 5]], start=[[1, 0], [0, -3]]), ["obs"]),
+        (S.MultiBinary([2, 2]), ["obs"]),
+        (
+            S.Dict({"b": S.Box(0, 1, (3,), bool), "a": S.Tuple((S.Box(0, 9, (2,), np.int32),))}),
+            ["obs.a.0", "obs.b"],
+        ),
+    ],
+)
+def test_pack_obs_packs_as_the_layout_does(space, names):
+    """The module's packing of its inputs is :meth:`ObsLayout.pack`'s, value for value, on a
+    batch of the space's own samples (Discrete starts, 2-D MultiDiscretes, bools, ints)."""
+    spec = spec_of(space)
+    ports = obs_ports(spec)
+    assert [p.name for p in ports] == names
+    space.seed(0)
+    samples = [space.sample() for _ in range(7)]
+    layout = spec.obs_layout
+    assert layout is not None
+    want = np.stack([layout.pack(x) for x in samples])
+    leaves = [np.stack([np.asarray(_at(x, leaf.path)) for x in samples]) for leaf in layout.leaves]
+    for port, x in zip(ports, leaves, strict=True):
+        assert x.dtype == np.dtype(port.dtype) and x.shape[1:] == port.shape[1:]
+    got = pack_obs(spec, [torch.from_numpy(x) for x in leaves])
+    assert got.dtype == getattr(torch, layout.dtype)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def _at(obs, path):
+    for key in path:
+        obs = obs[key]
+    return obs
+
+
+def test_two_leaves_of_one_input_name_are_refused():
+    spec = spec_of(S.Dict({"a.b": S.Discrete(2), "a": S.Dict({"b": S.Discrete(3)})}))
+    with pytest.raises(
+        UserError, match=r"\['a', 'b'\] and \['a.b'\] would both be the input obs.a.b"
+    ):
+        obs_ports(spec)
 
 
 def test_the_lstm_state_is_h_then_c(runs, tmp_path):
@@ -319,12 +525,14 @@ def test_a_bfloat16_run_is_exported_in_float32(runs, tmp_path):
     np.testing.assert_array_equal(got, reference_actions(policy, data)[0])
 
 
-def test_the_documented_numpy_example_runs_without_pytorch(runs, tmp_path):
-    """docs/export.md's example, as written, beside an exported CartPole policy."""
+@pytest.mark.parametrize(("name", "file"), [("cartpole", "policy"), ("minigrid", "doorkey")])
+def test_the_documented_numpy_example_runs_without_pytorch(name, file, runs, tmp_path):
+    """docs/export.md's examples, as written, beside an exported CartPole policy and a
+    MiniGrid one (a Dict observation): the inputs it prints are those its comment shows."""
     text = (ROOT / "docs" / "export.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    example = next(b for b in blocks if "import onnxruntime" in b)
-    export_policy(runs("cartpole"), tmp_path / "policy.onnx")
+    example = next(b for b in blocks if "import onnxruntime" in b and f'"{file}.onnx"' in b)
+    export_policy(runs(name), tmp_path / f"{file}.onnx")
     blocker = NO_TORCH.split("import numpy")[0]
     r = subprocess.run(
         [sys.executable, "-c", blocker + example],
@@ -335,6 +543,8 @@ def test_the_documented_numpy_example_runs_without_pytorch(runs, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "return" in r.stdout
+    shown = re.findall(r"^# (\[\(.*)$", example, flags=re.M)
+    assert shown == [line for line in r.stdout.splitlines() if line.startswith("[(")]
 
 
 # ---------------------------------------------------------------- the command line

@@ -12,18 +12,20 @@ a learning-pass layout, never taken for the env's own images).
 
 The interface (docs/export.md), batch axis first everywhere:
 
-* inputs: ``obs`` (the observation space's dtype); ``action_mask`` (bool, where the run's env
-  has masks); ``state`` ``(B, rows * core_size)`` for a recurrent core (the LSTM's h then c,
-  concatenated; zeros start an episode); ``prev_action`` and ``prev_reward`` for a core that
-  takes them (``--prev-action-reward``).
+* inputs: ``obs`` (the observation space's dtype), or for a structured observation (a Dict,
+  a Tuple, nested too) one input per leaf (:func:`obs_ports`: ``obs.KEY``, ``obs.a.0``,
+  ``obs.0``), each in its leaf's dtype and shape, packed inside the module into the row the
+  network learnt from; ``action_mask`` (bool, where the run's env has masks); ``state``
+  ``(B, rows * core_size)`` for a recurrent core (the LSTM's h then c, concatenated; zeros
+  start an episode); ``prev_action`` and ``prev_reward`` for a core that takes them
+  (``--prev-action-reward``).
 * outputs: ``action``; then ``logits`` (Discrete actor-critic), ``q_values`` (the Q methods) or
   ``mean`` (the Gaussian's, before clipping or squashing); then ``state_out`` for a recurrent
   core.
 
-Extension points for observation and action spaces to come (each a function here, marked
-EXTENSION): :func:`obs_ports` and :func:`pack_obs` (one input per leaf of a Dict or Tuple
-observation), :func:`env_has_mask`, :func:`mask_width` and :func:`apply_mask` (the mask of
-MultiDiscrete / MultiBinary actions), :func:`greedy_action` (their greedy action).
+Extension points for the action spaces to come (each a function here, marked EXTENSION):
+:func:`env_has_mask`, :func:`mask_width` and :func:`apply_mask` (the mask of MultiDiscrete /
+MultiBinary actions), :func:`greedy_action` (their greedy action).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from asyncrl.errors import UserError
 from asyncrl.models import ActorCritic, ModelSpec, QNetwork, build_model
 from asyncrl.policy import Policy, Which, describe, load
 from asyncrl.rundir import write_atomically
+from asyncrl.spaces import ObsLeaf
 
 Format = Literal["onnx", "torchscript"]
 FORMATS: tuple[Format, ...] = ("onnx", "torchscript")
@@ -97,32 +100,71 @@ class Exported:
     model: str
 
 
-# ---------------------------------------------------------------- observations (EXTENSION)
-def obs_ports(spec: ModelSpec) -> list[Port]:
-    """The observation's inputs, in the order the module takes them.
+# ---------------------------------------------------------------- observations
+def obs_input_name(leaf: ObsLeaf) -> str:
+    """The input of a structured observation's leaf: ``obs.`` and its key path (``obs.image``,
+    ``obs.extra.0``; a Tuple's ``obs.0``), or ``obs`` for a whole observation that is one leaf
+    (a top-level Discrete, MultiDiscrete or MultiBinary)."""
+    return f"obs.{leaf.name}" if leaf.name else "obs"
 
-    EXTENSION (Dict and Tuple observations): one :class:`Port` per leaf, named ``obs.KEY``
-    (Dict) or ``obs.0``, ``obs.1``, ... (Tuple), each in its leaf's shape and dtype, from the
-    spec's description of the leaves; :func:`pack_obs` then packs them. The ``action_mask`` key
-    of a Dict observation is no leaf here: it is the ``action_mask`` input."""
-    return [
+
+def obs_ports(spec: ModelSpec) -> list[Port]:
+    """The observation's inputs, in the order the module takes them: ``obs`` for a Box; for a
+    structured observation (:mod:`asyncrl.spaces`) one per leaf, in the layout's order (the
+    space's: a Dict's keys as Gymnasium orders them), each in its leaf's own shape and dtype
+    as the env gives it (Discrete values with their ``start``). The ``action_mask`` key of a
+    Dict observation is no leaf (the layout leaves it out): it is the ``action_mask`` input."""
+    if not spec.obs_leaves:
+        return [
+            Port(
+                "obs",
+                ("batch", *spec.obs_shape),
+                spec.obs_dtype,
+                "observations as the env gives them (uint8 frames unscaled)",
+            )
+        ]
+    ports = [
         Port(
-            "obs",
-            ("batch", *spec.obs_shape),
-            spec.obs_dtype,
-            "observations as the env gives them (uint8 frames unscaled)",
+            obs_input_name(leaf),
+            ("batch", *leaf.shape),
+            leaf.dtype,
+            f"the observation's {leaf.describe()} ({leaf.kind}) as the env gives it",
         )
+        for leaf in spec.obs_leaves
     ]
+    seen: dict[str, ObsLeaf] = {}
+    for port, leaf in zip(ports, spec.obs_leaves, strict=True):
+        if port.name in seen:  # keys holding a "." ({"a.b": ..., "a": {"b": ...}})
+            raise UserError(
+                f"the observation's leaves {list(seen[port.name].path)} and {list(leaf.path)} "
+                f"would both be the input {port.name}; rename a key of the env's observation "
+                "(a wrapper) to export this policy"
+            )
+        seen[port.name] = leaf
+    return ports
 
 
 def pack_obs(spec: ModelSpec, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The network's observation batch from the inputs :func:`obs_ports` names, in its order.
-
-    EXTENSION (Dict and Tuple observations): pack the leaves into the one flat row per step
-    the network reads, as the rollout packs them (each leaf flattened and cast, in the spec's
-    order); today there is one leaf, the observation itself."""
-    (obs,) = leaves
-    return obs
+    """The network's observation batch from the inputs :func:`obs_ports` names, in its order:
+    a Box's as it comes; a structured observation's leaves packed into the one flat row per
+    env the network reads, as :meth:`asyncrl.spaces.ObsLayout.pack` packs them for the
+    rollout (each leaf less its ``start`` where it has one, flattened, cast to the row's
+    dtype, in the layout's order), so that the module's
+    :class:`~asyncrl.models.MultiInputEncoder` reads each leaf back as it learnt to."""
+    layout = spec.obs_layout
+    if layout is None:
+        (obs,) = leaves
+        return obs
+    dtype = getattr(torch, layout.dtype)
+    parts = []
+    for leaf, x in zip(layout.leaves, leaves, strict=True):
+        if leaf.start and any(leaf.start):
+            # int64, as NumPy's subtraction of the Python ints gives it, whatever the leaf's
+            # integer dtype; the stored values are from 0 and fit the row's dtype
+            start = torch.tensor(leaf.start, dtype=torch.int64).reshape(leaf.shape)
+            x = x.long() - start
+        parts.append(x.reshape(x.shape[0], leaf.size).to(dtype))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 # ---------------------------------------------------------------- action masks (EXTENSION)
@@ -315,12 +357,20 @@ def dummy_inputs(
     export traces with and checks itself on (random states, masks with a valid action in each
     row)."""
     inputs, _ = interface(spec, mask)
+    leaves = {obs_input_name(leaf): leaf for leaf in spec.obs_leaves}
     out = []
     for port in inputs:
         shape = (batch, *(int(d) for d in port.shape[1:]))
         dtype = np.dtype(port.dtype)
         x: np.ndarray
-        if port.name == "action_mask":
+        leaf = leaves.get(port.name)
+        if leaf is not None and leaf.kind in ("discrete", "multidiscrete"):
+            # values of the space (the one-hot of any other is no network's input)
+            low = np.asarray(leaf.start).reshape(leaf.shape)
+            x = low + rng.integers(0, np.asarray(leaf.nvec).reshape(leaf.shape), shape)
+        elif leaf is not None and leaf.kind == "multibinary":
+            x = rng.integers(0, 2, shape)
+        elif port.name == "action_mask":
             x = rng.random(shape) < 0.7
             x[np.arange(batch), rng.integers(0, shape[1], batch)] = True
         elif port.name == "prev_action" and dtype.kind == "i":
@@ -455,6 +505,13 @@ def _metadata(
             "high": list(a.high),
             "squash": a.squash,
         },
+        # a structured observation's leaves: the input of each and its key path in the
+        # observation (Dict keys, Tuple indices), so that a runner finds the leaves of a
+        # dict or tuple without parsing the names (a key may hold a ".")
+        "obs_leaves": [
+            {"input": obs_input_name(leaf), "path": list(leaf.path), "kind": leaf.kind}
+            for leaf in spec.obs_leaves
+        ],
         "core": spec.core,
         "action_mask": mask,
         "env": policy.env_id,

@@ -16,7 +16,8 @@ import numpy as np
 
 class OnnxPolicy:
     """The greedy policy in an exported ONNX file: ``act(obs)`` for a batch of envs, one row
-    each (or one observation), as ``asyncrl.Policy.act`` acts. ``interface`` is the file's
+    each (or one observation; a ``Dict`` or ``Tuple`` one as a dict or tuple of its leaves),
+    as ``asyncrl.Policy.act`` acts. ``interface`` is the file's
     description of its inputs and outputs (names, shapes, dtypes) and of its action space."""
 
     def __init__(self, path: str | Path, providers: tuple[str, ...] = ("CPUExecutionProvider",)):
@@ -49,24 +50,22 @@ class OnnxPolicy:
 
     def act(
         self,
-        obs: np.ndarray,
+        obs: Any,
         action_mask: np.ndarray | None = None,
         first: np.ndarray | None = None,
         reward: np.ndarray | float | None = None,
     ) -> Any:
         """Greedy actions for observations ``(N, *obs_shape)`` (or one, without the batch
-        axis), each row an env's. ``first`` ``(N,)``: the envs whose episode starts with this
-        observation (their state restarts from zero; after :meth:`reset`, or a change of
-        batch size, all do). ``reward``: each env's last raw reward, for a core that takes the
-        previous action and reward (``--prev-action-reward``). ``action_mask`` ``(N, n)``
-        bools, for a policy exported with one."""
-        port = self.inputs["obs"]
-        x = np.asarray(obs, np.dtype(port["dtype"]))
-        single = x.ndim == len(port["shape"]) - 1
-        if single:
-            x = x[None]
-        n = len(x)
-        feeds: dict[str, np.ndarray] = {"obs": x}
+        axis), each row an env's; a ``Dict`` or ``Tuple`` observation as the env gives it (a
+        dict or tuple; keys the policy does not read are ignored), each leaf with a leading
+        batch axis for a batch (:meth:`obs_feeds`). ``first`` ``(N,)``: the envs whose
+        episode starts with this observation (their state restarts from zero; after
+        :meth:`reset`, or a change of batch size, all do). ``reward``: each env's last raw
+        reward, for a core that takes the previous action and reward
+        (``--prev-action-reward``). ``action_mask`` ``(N, n)`` bools, for a policy exported
+        with one."""
+        feeds, single = self.obs_feeds(obs)
+        n = len(next(iter(feeds.values())))
         if self.state is None or len(self.state) != n:
             width = self.inputs["state"]["shape"][1] if "state" in self.inputs else 0
             self.state, self.last_action = np.zeros((n, width), np.float32), None
@@ -93,6 +92,36 @@ class OnnxPolicy:
             return int(action[0]) if self.discrete else action[0]
         return action
 
+    def obs_feeds(self, obs: Any) -> tuple[dict[str, np.ndarray], bool]:
+        """The observation inputs of ``obs``, each with the batch axis, and whether ``obs`` was
+        one observation (no batch axis). A Box observation is the ``obs`` input; a structured
+        one's leaves are found by their key paths (the metadata's ``obs_leaves``) in the dicts
+        and tuples of ``obs``, and all of them must be single, or batches of one size."""
+        leaves = self.interface.get("obs_leaves") or [{"input": "obs", "path": []}]
+        feeds: dict[str, np.ndarray] = {}
+        single: bool | None = None
+        for leaf in leaves:
+            name, port = leaf["input"], self.inputs[leaf["input"]]
+            x = np.asarray(_lookup(obs, leaf), np.dtype(port["dtype"]))
+            shape = tuple(port["shape"][1:])
+            one = x.shape == shape
+            if not one and x.shape[1:] != shape:
+                raise ValueError(
+                    f"{name} has shape {x.shape}; the policy takes {shape} (one observation) or "
+                    f"(N, *{shape}) (a batch)"
+                )
+            if single is not None and one != single:
+                raise ValueError(
+                    f"{name} is {'one observation' if one else 'a batch'} and the leaf before it "
+                    "is not: give every leaf the batch axis, or none"
+                )
+            single = one
+            feeds[name] = x[None] if one else x
+        sizes = {len(x) for x in feeds.values()}
+        if len(sizes) > 1:
+            raise ValueError(f"the leaves have batches of different sizes {sorted(sizes)}")
+        return feeds, bool(single)
+
     def _previous(
         self, n: int, starts: np.ndarray, reward: np.ndarray | float | None
     ) -> dict[str, np.ndarray]:
@@ -115,3 +144,20 @@ class OnnxPolicy:
         action = np.where(rows, none, self.last_action).astype(np.dtype(port["dtype"]))
         r = np.broadcast_to(np.asarray(reward, np.float32), (n,))
         return {"prev_action": action, "prev_reward": np.where(starts, 0.0, r).astype(np.float32)}
+
+
+def _lookup(obs: Any, leaf: dict[str, Any]) -> Any:
+    """The value of ``leaf`` (an entry of the metadata's ``obs_leaves``) in an observation:
+    the Dict keys and Tuple indices of its key path, outermost first."""
+    node, path = obs, leaf["path"]
+    for depth, key in enumerate(path):
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            inner = ".".join(str(k) for k in path[:depth])
+            where = f"the observation's {inner}" if inner else "the observation"
+            raise ValueError(
+                f"{where} has no {key!r} (the input {leaf['input']} reads "
+                f"{'.'.join(map(str, path))})"
+            ) from None
+    return node
