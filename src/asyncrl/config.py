@@ -339,7 +339,7 @@ _RAY_WHY = {
 }
 
 #: the options only a Gaussian policy (Box actions) reads
-BOX_ONLY = ("gaussian_std", "log_std_init")
+BOX_ONLY = ("gaussian_std", "log_std_init", "bound_coef")
 PG = ("a3c", "appo")
 
 #: Which option applies to which algorithm, backend, core and action space: the one statement

@@ -242,6 +242,26 @@ class TanhGaussian(DiagGaussian):
         return super().entropy() + (_log_tanh_slope(u) * weights).sum(-1).sum(-1)
 
 
+def bound_excess(action: ActionSpace, dist: Distribution) -> torch.Tensor | None:
+    """Per row: how far a clipped Gaussian's mean lies outside the action bounds, in
+    half-ranges, squared and summed over the action's dimensions (None for any other
+    distribution, a squashed one included, and for unbounded actions).
+
+    A mean past a bound is a trap of clipping: the samples beyond it all become the bound, so
+    the policy gradient no longer moves the mean back, and the std grows instead. rl_games'
+    ``bounds_loss`` penalises it so (its soft bound 1.1 half-ranges; here the bound itself):
+    inside the bounds the penalty is 0 and changes nothing."""
+    if not isinstance(dist, DiagGaussian) or isinstance(dist, TanhGaussian):
+        return None
+    low = torch.as_tensor(action.low, dtype=dist.mean.dtype)
+    high = torch.as_tensor(action.high, dtype=dist.mean.dtype)
+    if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
+        return None
+    mid, half = (high + low) / 2, (high - low) / 2
+    z = (dist.mean.reshape(*dist.mean.shape[:-1], -1) - mid) / half
+    return F.relu(z.abs() - 1.0).pow(2).sum(-1)
+
+
 def distribution_for(
     action: ActionSpace, head: torch.Tensor, mask: torch.Tensor | None = None
 ) -> Distribution:

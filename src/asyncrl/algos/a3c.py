@@ -41,6 +41,7 @@ import torch
 
 from asyncrl.algos.base import Algorithm
 from asyncrl.algos.settings import PolicyGradientSettings
+from asyncrl.distributions import bound_excess
 from asyncrl.envs import EnvInfo
 from asyncrl.rollout import Rollout
 from asyncrl.targets import gae_advantages, nstep_returns, vtrace
@@ -89,6 +90,10 @@ class A3C(Algorithm):
         value_loss = ((torch.from_numpy(returns) - v).pow(2) * mask).sum() / n
         entropy = (dist.entropy() * mask).sum() / n
         loss = policy_loss + cfg.value_coef * value_loss - self.entropy_coef * entropy
+        if cfg.bound_coef:
+            excess = bound_excess(model.action, dist)
+            if excess is not None:
+                loss = loss + cfg.bound_coef * (excess * mask).sum() / n
         return loss, {
             "loss/policy_loss": float(policy_loss.detach()),
             "loss/value_loss": float(value_loss.detach()),

@@ -46,6 +46,7 @@ import torch
 
 from asyncrl.algos.a3c import A3C, normalized
 from asyncrl.algos.settings import APPOSettings
+from asyncrl.distributions import bound_excess
 from asyncrl.rollout import Rollout
 
 #: what a rollout's first minibatch computes for every later one: the targets, advantages and
@@ -220,6 +221,10 @@ class APPO(A3C):
         value_loss = (value_err * mask).sum() / n
         entropy = (dist.entropy() * mask).sum() / n
         loss = policy_loss + cfg.value_coef * value_loss - self.entropy_coef * entropy
+        if cfg.bound_coef:
+            excess = bound_excess(model.action, dist)
+            if excess is not None:
+                loss = loss + cfg.bound_coef * (excess * mask).sum() / n
         with torch.no_grad():  # the diagnostics: means over the transitions
             count = max(float(mask.sum()), 1.0)
             # Schulman's low-variance estimator of KL(mu || pi): (ratio - 1) - log ratio

@@ -46,6 +46,11 @@ class PolicyGradientSettings(RolloutSettings):
     """A3C, APPO: the global step by which --entropy-final is reached (default: the budget)"""
     value_coef: float = 0.5
     """A3C, APPO: weight of the value loss (R - V)^2"""
+    bound_coef: float = 0.0
+    """Box actions, clipped: weight of a penalty on the Gaussian's mean outside the bounds
+
+    The squared distance past the bounds, in half-ranges (rl_games' bounds loss): a mean past
+    a bound gets no gradient back from clipped samples (docs/continuous.md)."""
 
     def entropy_coef_at(self, global_step: int, budget: int | None = None) -> float:
         """The entropy bonus's weight at ``global_step``: --entropy-coef, annealed linearly to
