@@ -828,14 +828,18 @@ def test_a_bfloat16_run_is_exported_in_float32(runs, tmp_path):
     np.testing.assert_array_equal(got, reference_actions(policy, data)[0])
 
 
-@pytest.mark.parametrize(("name", "file"), [("cartpole", "policy"), ("minigrid", "doorkey")])
+@pytest.mark.parametrize(
+    ("name", "file"), [("cartpole", "policy"), ("minigrid", "doorkey"), ("taxi", "taxi")]
+)
 def test_the_documented_numpy_example_runs_without_pytorch(name, file, runs, tmp_path):
-    """docs/export.md's examples, as written, beside an exported CartPole policy and a
-    MiniGrid one (a Dict observation): the inputs it prints are those its comment shows."""
+    """docs/export.md's examples, as written, beside an exported CartPole policy, a MiniGrid
+    one (a Dict observation) and a Taxi one (its info mask, through the runner copied beside
+    it): the inputs it prints are those its comment shows."""
     text = (ROOT / "docs" / "export.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    example = next(b for b in blocks if "import onnxruntime" in b and f'"{file}.onnx"' in b)
+    example = next(b for b in blocks if "import torch" not in b and f'"{file}.onnx"' in b)
     export_policy(runs(name), tmp_path / f"{file}.onnx")
+    shutil.copy(RUNNER, tmp_path / "onnx_policy.py")
     blocker = NO_TORCH.split("import numpy")[0]
     r = subprocess.run(
         [sys.executable, "-c", blocker + example],
