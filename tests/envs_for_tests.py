@@ -205,3 +205,23 @@ class GuessEnv(gym.Env):
 
 
 gym.register("asyncrl-test/Guess-v0", entry_point=GuessEnv, max_episode_steps=20)
+
+
+# ---------------------------------------------------------------- slow episodes
+class SlowCounterEnv(CounterEnv):
+    """CounterEnv whose every step sleeps: its episodes take a known time (20 steps of 10 ms by
+    default), whatever the machine's speed, and leave the cores free while they do."""
+
+    def __init__(self, seconds: float = 0.01):
+        super().__init__()
+        self.seconds = seconds
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        return super().step(action)
+
+
+gym.register("asyncrl-test/Slow-v0", entry_point=SlowCounterEnv, max_episode_steps=20)
+
+# CartPole without its native vector version: stepped one env at a time, as Atari's are
+gym.register("asyncrl-test/CartPoleSeparate-v0", entry_point=CartPoleEnv, max_episode_steps=500)
