@@ -47,6 +47,15 @@ class FreshPolicy:
         return Policy(build_model(spec), cfg.algo, spec, self.env, {})
 
 
+def _cpu_seconds() -> float:
+    """This process's CPU seconds and its ended children's: on a machine whose cores other
+    work shares, the figure its load does not inflate."""
+    import resource
+
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--env", default="PongNoFrameskip-v4")
@@ -69,7 +78,7 @@ def main() -> None:
     seeds = held_out_seeds(args.seed, args.episodes)
     seen = {}
     for n in args.processes:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_seconds()
         if n == 1:  # as the re-scoring plays on one process: a vector env in this one
             policy = source.build()
             envs = make_eval_vec_env(policy.env_id, len(seeds), seeds[0], policy.env_kwargs)
@@ -77,11 +86,12 @@ def main() -> None:
             envs.close()
         else:
             returns = play_parallel(source, seeds, n)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
         seen[n] = returns
         print(
-            f"{n} process(es): {len(returns)} episodes in {seconds:.1f} s, mean return "
-            f"{statistics.fmean(returns):.2f} (min {min(returns):g}, max {max(returns):g})",
+            f"{n} process(es): {len(returns)} episodes in {seconds:.1f} s ({cpu:.1f} CPU s), "
+            f"mean return {statistics.fmean(returns):.2f} (min {min(returns):g}, "
+            f"max {max(returns):g})",
             flush=True,
         )
     first = next(iter(seen.values()))

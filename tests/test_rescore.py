@@ -113,7 +113,7 @@ def test_out_of_time_keeps_the_episodes_that_ended():
 def _plan(**kw):
     base = dict(
         ends_at=time.perf_counter() + 1e6, seconds=600.0, rescore_episodes=100,
-        eval_episodes=10, processes=2, separate=True,
+        eval_episodes=10, processes=2, separate=True, workers=1, cores=2,
     )  # fmt: skip
     return TimePlan(**{**base, **kw})
 
@@ -128,15 +128,18 @@ def _evaluation(seconds, episodes=10, confirmed=False, screen=0.0, cut=False):
 def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     plan = _plan()
     assert plan.reserve(final_evaluation=True) == STOP_SECONDS  # nothing measured yet
-    plan.guess(2.0)  # the training episodes' guess, until an evaluation measures it
+    # the training episodes' guess, until an evaluation measures it: 200 steps at 100 a second
+    plan.guess(200, 100.0)
     assert plan.rescoring() == 2.0 * 50
     plan.observe(_evaluation(seconds=10.0))  # 1 s an episode, one thread
-    plan.guess(2.0)  # (a measurement is not replaced by a guess)
+    plan.guess(200, 10.0)  # (a measurement is not replaced by a guess)
     assert plan.per_episode == 1.0 and plan.measured
     # 100 episodes on 2 processes, 10 of a final evaluation on 2, the stop
     assert plan.rescoring() == 50.0 and plan.screen() == 10.0
     assert plan.reserve(final_evaluation=True) == STOP_SECONDS + 5.0 + 50.0
     assert plan.reserve(final_evaluation=False) == STOP_SECONDS + 50.0
+    # and the rest of an evaluation under way (a confirmation begun late: 30 episodes to go)
+    assert plan.reserve(final_evaluation=False, under_way=30) == STOP_SECONDS + 15.0 + 50.0
     # a confirmation's seconds per episode leave its screen's out; a cut-short one says nothing
     plan.observe(_evaluation(seconds=52.0, episodes=100, confirmed=True, screen=12.0))
     assert plan.per_episode == 0.4
@@ -149,6 +152,13 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     short.observe(_evaluation(seconds=10.0))
     assert short.reserve(final_evaluation=True) == RESERVE_SHARE * 60.0
     assert short.rescoring_slot() == RESERVE_SHARE * 60.0 - STOP_SECONDS - 5.0
+    # an evaluation beside 2 workers on 2 cores had two thirds of a core: a process after
+    # training is faster by that (one after training is not corrected)
+    shared = _plan(workers=2, cores=2)
+    shared.observe(_evaluation(seconds=15.0))
+    assert shared.per_episode == 1.0
+    shared.observe(_evaluation(seconds=15.0), training=False)
+    assert shared.per_episode == 1.5
     # a natively vectorized env plays a wave of up to EVAL_WAVE episodes in one episode's time
     wave = _plan(separate=False)
     wave.observe(_evaluation(seconds=3.0))
@@ -172,7 +182,7 @@ class FakeRun:
 
 
 class FakeEvaluator:
-    busy, episodes, confirm = False, 10, None
+    busy, episodes, confirm, progress = False, 10, None, None
 
     def __init__(self):
         self.asked = []
@@ -213,6 +223,17 @@ def test_training_stops_the_reserve_before_the_limit_and_starts_no_evaluation_it
         sup.maybe_end_on_time()
         assert sup.stopping and run.stopped
         assert sup.outcome.ended is Ended.TIME_LIMIT and sup.outcome.reserved == 60.0
+        # a confirmation under way with 90 episodes to go (45 s on the 2 processes): training
+        # stops that much earlier, so that it can finish
+        run, ev = FakeRun(), FakeEvaluator()
+        sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
+        ev.busy, ev.progress = True, ("confirmation", 10, 100, 0.0)
+        left[0] = 60.0 + 46.0
+        sup.maybe_end_on_time()
+        assert not sup.stopping
+        left[0] = 60.0 + 45.0
+        sup.maybe_end_on_time()
+        assert sup.stopping and sup.outcome.reserved == 105.0
 
 
 def test_a_cut_short_evaluation_counts_for_nothing_and_is_recorded(tmp_path):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,27 +65,36 @@ class TimePlan:
     #: the envs are stepped one by one (the cost is per episode) or natively vectorized (a
     #: wave of up to EVAL_WAVE costs about one episode's steps)
     separate: bool
-    #: seconds of an evaluation episode (separate) or wave (natively vectorized)
+    #: the run's workers and this machine's cores: an evaluation beside the workers has about
+    #: cores / (workers + 1) of a core, a process after training a whole one
+    workers: int = 1
+    cores: int = 1
+    #: seconds of an evaluation episode (separate) or wave (natively vectorized), on a core
+    #: of its own
     per_episode: float | None = None
     measured: bool = False
 
-    def observe(self, ev: Evaluation) -> None:
+    def observe(self, ev: Evaluation, training: bool = True) -> None:
         """Take the expected seconds from a finished evaluation (the latest: the policy's
-        episodes grow as it learns)."""
+        episodes grow as it learns); ``training``: it played beside the workers."""
         if ev.cut_short or ev.error is not None or not ev.returns:
             return
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
+        if training:
+            seconds /= max(1.0, (self.workers + 1) / self.cores)
         if self.separate:
             self.per_episode = seconds / len(ev.returns)
         else:
             self.per_episode = seconds / math.ceil(len(ev.returns) / EVAL_WAVE)
         self.measured = True
 
-    def guess(self, seconds: float) -> None:
-        """An episode's seconds as the training episodes tell them, until an evaluation has
+    def guess(self, steps: float, steps_per_second: float) -> None:
+        """An episode's seconds as the training episodes tell them (``steps`` long on average,
+        at the run's ``steps_per_second``: each worker steps one env once in workers /
+        steps-per-second seconds, the learning's share included), until an evaluation has
         measured them (a run with a short limit may end before its first)."""
-        if not self.measured:
-            self.per_episode = seconds
+        if not self.measured and steps_per_second > 0:
+            self.per_episode = steps * min(self.workers, self.cores) / steps_per_second
 
     def playing(self, episodes: int, processes: int | None = None) -> float:
         """The expected seconds of ``episodes`` episodes on ``processes`` (default: after
@@ -108,10 +118,12 @@ class TimePlan:
         """The expected seconds of a screen during training (one thread)."""
         return self.playing(self.eval_episodes, 1)
 
-    def reserve(self, final_evaluation: bool) -> float:
-        """The seconds training leaves before the limit: its stop, a final evaluation (where
-        the run makes one) and the re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
-        want = STOP_SECONDS + self.rescoring()
+    def reserve(self, final_evaluation: bool, under_way: int = 0) -> float:
+        """The seconds training leaves before the limit: its stop, the ``under_way`` episodes
+        left of an evaluation playing (a confirmation that began late finishes on the cores
+        training frees, rather than being cut short), a final evaluation (where the run makes
+        one) and the re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
+        want = STOP_SECONDS + self.playing(under_way) + self.rescoring()
         if final_evaluation:
             want += self.playing(self.eval_episodes)
         return min(want, RESERVE_SHARE * self.seconds)
@@ -193,18 +205,20 @@ def rescore_kept_model(
     name = policy.source.name if policy.source is not None else "model.pt"
     seeds = held_out_seeds(seed, episodes)
     ended: dict[int, float] = {}
-    shown = [t0]
     within = "" if deadline is None else f", within {max(0.0, deadline - t0):.0f} s"
     on = f" on {processes} processes" if processes > 1 else ""
     log(f"re-scoring the kept model ({name}) on {episodes} new episodes{on}{within}")
 
     def record(i: int, ret: float) -> None:
         ended[i] = ret
-        now = time.perf_counter()
-        if now - shown[0] >= PROGRESS_EVERY:
-            shown[0] = now
-            log(f"re-scoring: {len(ended)}/{episodes} episodes, {now - t0:.0f} s")
 
+    def show() -> None:  # a line every few seconds, whether or not an episode has ended
+        while not done.wait(PROGRESS_EVERY):
+            log(f"re-scoring: {len(ended)}/{episodes} episodes, {time.perf_counter() - t0:.0f} s")
+
+    done = threading.Event()
+    shower = threading.Thread(target=show, name="asyncrl-rescore-progress", daemon=True)
+    shower.start()
     cut = False
     try:
         if processes > 1:
@@ -229,6 +243,9 @@ def rescore_kept_model(
         cut = True
         why = "the time limit" if isinstance(e, OutOfTime) else "a signal"
         log(f"re-scoring cut short by {why}: {len(ended)} of {episodes} episodes ended")
+    finally:
+        done.set()
+        shower.join()
     seconds = time.perf_counter() - t0
     returns = tuple(ended[i] for i in sorted(ended))
     if not cut and seconds >= PROGRESS_EVERY:

@@ -173,6 +173,8 @@ class Supervisor:
         # the work after training: its expected seconds, and with a time limit, when training
         # stops so that it fits inside
         self.plan = plan
+        # the training episodes' steps and count this session (the plan's guess of their length)
+        self.episode_steps = self.episodes_seen = 0
         self.last_eval_step = run.global_step()
         # --stop-on eval: the training mean reached the target, an evaluation is wanted; it is
         # asked for again only after a quarter of a window of new episodes (not back to back)
@@ -211,21 +213,22 @@ class Supervisor:
         if self.stopping:
             return
         plan = self.plan
-        if plan is not None:
-            # Until an evaluation has measured an episode's seconds, the training episodes
-            # tell them: a worker steps each of its envs once in (workers / steps per second)
-            # seconds (the stop rule's first evaluation can come too late in a short run)
-            m = self.monitor
-            if m.episodes and m.global_step:
-                plan.guess(self.run_.workers * m.elapsed() / m.episodes)
+        if plan is not None and self.episodes_seen:
+            # until an evaluation has measured an episode's seconds, the training episodes
+            # tell them (the stop rule's first evaluation can come too late in a short run)
+            sps = self.monitor.global_step / max(self.monitor.elapsed(), 1e-9)
+            plan.guess(self.episode_steps / self.episodes_seen, sps)
         if plan is None or plan.ends_at is None:
             limit = self.time_limit
             if limit is not None and self.monitor.elapsed() >= limit:
                 self.end(Ended.TIME_LIMIT)
             return
-        # the work after training (its stop, the final evaluation, the re-scoring) inside the
-        # limit: training stops that long before it
-        reserve = plan.reserve(final_evaluation=self.evaluator is not None)
+        # the work after training (its stop, the rest of an evaluation under way, the final
+        # evaluation, the re-scoring) inside the limit: training stops that long before it
+        ev, under_way = self.evaluator, 0
+        if ev is not None and ev.busy and (progress := ev.progress) is not None:
+            under_way = progress[2] - progress[1]
+        reserve = plan.reserve(final_evaluation=ev is not None, under_way=under_way)
         left = plan.left()
         if left is not None and left <= reserve:
             self.outcome.reserved = reserve
@@ -249,6 +252,8 @@ class Supervisor:
             case Episodes(worker=w, episodes=episodes, global_step=step, stats=stats):
                 self.monitor.add_stats(stats)
                 for ep in episodes:
+                    self.episode_steps += ep.length
+                    self.episodes_seen += 1
                     if self.monitor.episode(w, ep, step) and not self.stopping:
                         if self.cfg.stop_on == "train" or self.evaluator is None:
                             if not self.monitor.solved:
@@ -393,7 +398,7 @@ class Supervisor:
             )
             return
         if self.plan is not None:
-            self.plan.observe(result)
+            self.plan.observe(result, training=not self.stopping)
         # a confirmation is rare and its cost is the stop rule's: the periodic schedule paces
         # itself on the screens alone (a 100-episode confirmation, ten screens' worth, would
         # hold it back), which the monitor adds up

@@ -31,7 +31,7 @@ from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
 from asyncrl.monitor import Monitor
 from asyncrl.optim import rms_start, scheduled_lr
-from asyncrl.parallel import processes_for, separate_envs
+from asyncrl.parallel import processes_for, separate_envs, spare_cores
 from asyncrl.presets import preset
 from asyncrl.rescore import NOT_RESCORED, TimePlan, rescore_kept_model
 from asyncrl.rundir import RunDir, write_atomically
@@ -191,7 +191,7 @@ def _run(
         backend = cfg.backend_section()
         backend.lr_from = lr_from
         run = make_run(backend, info, spec, state)
-        plan = _time_plan(cfg, t0, ckpt)
+        plan = _time_plan(cfg, t0, ckpt, n_workers)
         evaluator = _evaluator(cfg, spec, monitor.target, plan)
         supervisor = Supervisor(
             cfg.section(SupervisorSection),
@@ -413,7 +413,7 @@ def _evaluator(
     )
 
 
-def _time_plan(cfg: Config, t0: float, ckpt: dict[str, Any] | None) -> TimePlan:
+def _time_plan(cfg: Config, t0: float, ckpt: dict[str, Any] | None, workers: int) -> TimePlan:
     """The run's time, planned back from --time-limit: counted from the start of ``train``
     (``t0``), so that the time before the run's clock starts (Ray's start, the env's probe)
     is inside the limit too, less what a resumed run has spent."""
@@ -427,6 +427,8 @@ def _time_plan(cfg: Config, t0: float, ckpt: dict[str, Any] | None) -> TimePlan:
         eval_episodes=cfg.eval_episodes,
         processes=processes_for(cfg.env, most),
         separate=separate_envs(cfg.env),
+        workers=workers,
+        cores=spare_cores(),
     )
 
 
