@@ -334,3 +334,31 @@ def test_a_time_limit_bounds_the_whole_process_and_records_what_it_cut(tmp_path)
     assert s["evaluations_cut_short"], s
     assert "re-scoring the kept model" in proc.stderr
     assert seconds < 12 + 30, (seconds, proc.stderr)
+
+
+def test_a_confirmation_that_solves_after_training_stopped_on_time_keeps_its_model(tmp_path):
+    """Training stopped on time with a confirmation under way, which then meets the rule: the
+    run is solved, its model kept, and no final evaluation of later parameters replaces it."""
+    from types import SimpleNamespace
+
+    confirmation = evaluation.Evaluation(
+        0, 500, 1.0, (20.0,) * 100, 9.0, None, None, True, 1.0
+    )  # mean 20, no spread: over the target 10 at any margin
+
+    class Waited(FakeEvaluator):
+        def wait(self, give_up, tick):
+            return [confirmation]
+
+    cfg = asyncrl.Config(progress=False, tensorboard=False)
+    saved, ev = [], Waited()
+    with Monitor(RunDir(tmp_path), cfg, target_return=10.0) as monitor:
+        sup = Supervisor(
+            cfg, FakeRun(), monitor, lambda *a: None, evaluator=ev, save_best=saved.append,
+            plan=_plan(),
+        )  # type: ignore[arg-type]  # fmt: skip
+        sup.end(Ended.TIME_LIMIT)
+        sup.outcome.glob = SimpleNamespace(steps=10_000)  # later than the confirmation's
+        sup.final_evaluation()
+        assert monitor.solved and monitor.solved_by == "eval"
+        assert saved == [confirmation] and ev.asked == []
+        assert sup.outcome.ended is Ended.TIME_LIMIT

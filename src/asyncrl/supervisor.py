@@ -463,7 +463,10 @@ class Supervisor:
             self.evaluated(result)
         budget = ended in (Ended.BUDGET, Ended.TIME_LIMIT)
         final = budget or (ended is Ended.SOLVED and self.cfg.stop_on == "train")
-        if glob is None or self.evaluator is None or not final or signalled():
+        # (a confirmation under way when the time ran short can solve the run after training
+        # stopped on time: best_model.pt then holds the parameters that met the rule)
+        solved = self.monitor.solved and self.monitor.solved_by == "eval"
+        if glob is None or self.evaluator is None or not final or solved or signalled():
             return
         end = None if self.plan is None else self.plan.evaluations_end()
         if end is not None and time.perf_counter() >= end:  # no time left for one
