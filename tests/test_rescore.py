@@ -20,7 +20,7 @@ from asyncrl.evaluation import HELD_OUT_BIT, eval_seeds, held_out_seeds
 from asyncrl.monitor import Monitor
 from asyncrl.parallel import play_parallel
 from asyncrl.policy import OutOfTime, play_episodes
-from asyncrl.rescore import RESERVE_SHARE, STOP_SECONDS, TimePlan
+from asyncrl.rescore import RESERVE_SHARE, STOP_SECONDS, STOP_SHARE, TimePlan
 from asyncrl.rundir import RunDir
 from asyncrl.supervisor import Ended, Supervisor
 from tests.oracles import spec_of
@@ -151,7 +151,8 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     short = _plan(seconds=60.0)
     short.observe(_evaluation(seconds=10.0))
     assert short.reserve(final_evaluation=True) == RESERVE_SHARE * 60.0
-    assert short.rescoring_slot() == RESERVE_SHARE * 60.0 - STOP_SECONDS - 5.0
+    assert short.stopping() == STOP_SHARE * 60.0  # (a short run's rollouts end quickly too)
+    assert short.rescoring_slot() == RESERVE_SHARE * 60.0 - STOP_SHARE * 60.0 - 5.0
     # an evaluation beside 2 workers on 2 cores had two thirds of a core: a process after
     # training is faster by that (one after training is not corrected)
     shared = _plan(workers=2, cores=2)

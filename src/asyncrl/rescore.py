@@ -38,8 +38,10 @@ if TYPE_CHECKING:
     from asyncrl.evaluation import Evaluation
 
 #: seconds reserved for the workers to end their last rollouts and the model files, the
-#: checkpoint and the summary to be written, once training is told to stop on time
+#: checkpoint and the summary to be written, once training is told to stop on time, and at
+#: most this share of the limit (a few seconds' run has short rollouts to end)
 STOP_SECONDS = 5.0
+STOP_SHARE = 0.05
 #: the most of a run's time limit the reserve may take: past it training would hardly start,
 #: and the re-scoring is cut short instead
 RESERVE_SHARE = 0.5
@@ -123,17 +125,21 @@ class TimePlan:
         left of an evaluation playing (a confirmation that began late finishes on the cores
         training frees, rather than being cut short), a final evaluation (where the run makes
         one) and the re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
-        want = STOP_SECONDS + self.playing(under_way) + self.rescoring()
+        want = self.stopping() + self.playing(under_way) + self.rescoring()
         if final_evaluation:
             want += self.playing(self.eval_episodes)
         return min(want, RESERVE_SHARE * self.seconds)
+
+    def stopping(self) -> float:
+        """The seconds reserved for training's stop and the files written after it."""
+        return min(STOP_SECONDS, STOP_SHARE * self.seconds)
 
     def rescoring_slot(self) -> float:
         """The seconds before the limit kept for the re-scoring: its expected seconds, or where
         the reserve's cap squeezes them, what the cap leaves after the stop and the final
         evaluation (the re-scoring is then cut short, rather than the evaluations before it,
         which pick the model it scores)."""
-        cap = RESERVE_SHARE * self.seconds - STOP_SECONDS - self.playing(self.eval_episodes)
+        cap = RESERVE_SHARE * self.seconds - self.stopping() - self.playing(self.eval_episodes)
         return max(0.0, min(self.rescoring(), cap))
 
     def left(self) -> float | None:
