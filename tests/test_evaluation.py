@@ -461,7 +461,7 @@ def test_a_time_limit_ends_the_run_as_its_budget_does_and_evaluates_the_last(run
     # training stopped its reserve before the limit (for the final evaluation and the kept
     # model's re-scoring: test_rescore.py), and the whole run ended within the limit's bound
     reserved = summary["time_reserved_seconds"]
-    assert 0 < reserved <= 1.5 and summary["kept_model_episodes"] == 100
+    assert 0 < reserved <= 1.5 and summary["kept_model_planned_episodes"] == 100
     assert 3.0 - reserved <= summary["wall_seconds"] < 30.0
     assert summary["total_steps"] < 100_000_000
     evals = rows(run_dir)  # --eval-every 0: only the final parameters' evaluation

@@ -128,11 +128,12 @@ def _evaluation(seconds, episodes=10, confirmed=False, screen=0.0, cut=False):
 def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     plan = _plan()
     assert plan.reserve(final_evaluation=True) == STOP_SECONDS  # nothing measured yet
-    # the training episodes' guess, until an evaluation measures it: 200 steps at 100 a second
-    plan.guess(200, 100.0)
+    # the training episodes' guess, until an evaluation measures it: 200 steps on average at
+    # 100 a second (1 worker)
+    plan.guess(200, 500, 100.0)
     assert plan.rescoring() == 2.0 * 50
     plan.observe(_evaluation(seconds=10.0))  # 1 s an episode, one thread
-    plan.guess(200, 10.0)  # (a measurement is not replaced by a guess)
+    plan.guess(200, 500, 10.0)  # (a measurement is not replaced by a guess)
     assert plan.per_episode == 1.0 and plan.measured
     # 100 episodes on 2 processes, 10 of a final evaluation on 2, the stop
     assert plan.rescoring() == 50.0 and plan.screen() == 10.0
@@ -160,8 +161,11 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     assert shared.per_episode == 1.0
     shared.observe(_evaluation(seconds=15.0), training=False)
     assert shared.per_episode == 1.5
-    # a natively vectorized env plays a wave of up to EVAL_WAVE episodes in one episode's time
-    wave = _plan(separate=False)
+    # a natively vectorized env plays a wave of up to EVAL_WAVE episodes in one episode's time:
+    # guessed as a worker's step of its 16 envs for each step of the longest episode
+    wave = _plan(separate=False, envs=16)
+    wave.guess(200, 500, 1_000.0)
+    assert wave.rescoring() == pytest.approx(500 * 16 / 1_000.0)
     wave.observe(_evaluation(seconds=3.0))
     assert wave.rescoring() == 3.0
 
@@ -363,3 +367,14 @@ def test_a_confirmation_that_solves_after_training_stopped_on_time_keeps_its_mod
         assert monitor.solved and monitor.solved_by == "eval"
         assert saved == [confirmation] and ev.asked == []
         assert sup.outcome.ended is Ended.TIME_LIMIT
+
+
+def test_spawned_processes_play_the_same_episodes(monkeypatch):
+    """Where the main process is a Ray driver the processes are spawned, not forked (its gRPC
+    threads): they build the policy from a pickled copy of its source and play the same."""
+    from asyncrl import parallel
+
+    monkeypatch.setattr(parallel, "_start_method", lambda: "spawn")
+    seeds = held_out_seeds(2, 4)
+    assert play_parallel(_Fresh(SEPARATE), seeds, 2) == _alone(SEPARATE, seeds)
+    assert multiprocessing.active_children() == []

@@ -71,6 +71,7 @@ class TimePlan:
     #: cores / (workers + 1) of a core, a process after training a whole one
     workers: int = 1
     cores: int = 1
+    envs: int = 1  # each worker's
     #: seconds of an evaluation episode (separate) or wave (natively vectorized), on a core
     #: of its own
     per_episode: float | None = None
@@ -90,13 +91,20 @@ class TimePlan:
             self.per_episode = seconds / math.ceil(len(ev.returns) / EVAL_WAVE)
         self.measured = True
 
-    def guess(self, steps: float, steps_per_second: float) -> None:
-        """An episode's seconds as the training episodes tell them (``steps`` long on average,
-        at the run's ``steps_per_second``: each worker steps one env once in workers /
-        steps-per-second seconds, the learning's share included), until an evaluation has
-        measured them (a run with a short limit may end before its first)."""
-        if not self.measured and steps_per_second > 0:
-            self.per_episode = steps * min(self.workers, self.cores) / steps_per_second
+    def guess(self, mean_steps: float, most_steps: int, steps_per_second: float) -> None:
+        """An episode's seconds as the training episodes tell them, until an evaluation has
+        measured them (a run with a short limit may end before its first). Each worker steps
+        its ``envs`` envs once in envs x workers / steps-per-second seconds, the learning's
+        share included: separate envs cost that a step of each env, so an episode of
+        ``mean_steps`` on average costs them for its steps; a natively vectorized wave costs
+        about a worker's step of all of them a step, for the longest episode (``most_steps``)."""
+        if self.measured or steps_per_second <= 0:
+            return
+        env_step = min(self.workers, self.cores) / steps_per_second
+        if self.separate:
+            self.per_episode = mean_steps * env_step
+        else:
+            self.per_episode = most_steps * self.envs * env_step
 
     def playing(self, episodes: int, processes: int | None = None) -> float:
         """The expected seconds of ``episodes`` episodes on ``processes`` (default: after

@@ -173,8 +173,8 @@ class Supervisor:
         # the work after training: its expected seconds, and with a time limit, when training
         # stops so that it fits inside
         self.plan = plan
-        # the training episodes' steps and count this session (the plan's guess of their length)
-        self.episode_steps = self.episodes_seen = 0
+        # the training episodes' steps, count and longest this session (the plan's guess)
+        self.episode_steps = self.episodes_seen = self.longest_episode = 0
         self.last_eval_step = run.global_step()
         # --stop-on eval: the training mean reached the target, an evaluation is wanted; it is
         # asked for again only after a quarter of a window of new episodes (not back to back)
@@ -217,7 +217,7 @@ class Supervisor:
             # until an evaluation has measured an episode's seconds, the training episodes
             # tell them (the stop rule's first evaluation can come too late in a short run)
             sps = self.monitor.global_step / max(self.monitor.elapsed(), 1e-9)
-            plan.guess(self.episode_steps / self.episodes_seen, sps)
+            plan.guess(self.episode_steps / self.episodes_seen, self.longest_episode, sps)
         if plan is None or plan.ends_at is None:
             limit = self.time_limit
             if limit is not None and self.monitor.elapsed() >= limit:
@@ -254,6 +254,7 @@ class Supervisor:
                 for ep in episodes:
                     self.episode_steps += ep.length
                     self.episodes_seen += 1
+                    self.longest_episode = max(self.longest_episode, ep.length)
                     if self.monitor.episode(w, ep, step) and not self.stopping:
                         if self.cfg.stop_on == "train" or self.evaluator is None:
                             if not self.monitor.solved:

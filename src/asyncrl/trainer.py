@@ -429,6 +429,7 @@ def _time_plan(cfg: Config, t0: float, ckpt: dict[str, Any] | None, workers: int
         separate=separate_envs(cfg.env),
         workers=workers,
         cores=spare_cores(),
+        envs=cfg.envs_per_worker,
     )
 
 
