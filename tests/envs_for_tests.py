@@ -561,3 +561,23 @@ class DictTextEnv(CounterEnv):
 
 
 gym.register("asyncrl-test/DictText-v0", entry_point=DictTextEnv, max_episode_steps=3)
+
+
+# ---------------------------------------------------------------- slow episodes
+class SlowCounterEnv(CounterEnv):
+    """CounterEnv whose every step sleeps: its episodes take a known time (20 steps of 10 ms by
+    default), whatever the machine's speed, and leave the cores free while they do."""
+
+    def __init__(self, seconds: float = 0.01):
+        super().__init__()
+        self.seconds = seconds
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        return super().step(action)
+
+
+gym.register("asyncrl-test/Slow-v0", entry_point=SlowCounterEnv, max_episode_steps=20)
+
+# CartPole without its native vector version: stepped one env at a time, as Atari's are
+gym.register("asyncrl-test/CartPoleSeparate-v0", entry_point=CartPoleEnv, max_episode_steps=500)

@@ -236,6 +236,12 @@ class EvalSettings:
 
     A policy exactly at the target passes a plain-mean confirmation half the time, so a run
     that tries again and again would stop on a lucky one (docs/evaluation.md)."""
+    rescore_episodes: int = 100
+    """new episodes the kept model plays after training, for summary.json (0: none)
+
+    The best evaluation and the stop rule's confirmation were selected for being high; these
+    episodes, on starts no evaluation saw, were not: kept_model_return is their mean. Inside
+    --time-limit, which training leaves them time for (docs/evaluation.md)."""
     eval_stochastic: bool = False
     """A3C, APPO: evaluate the sampled policy instead of its mode (the greedy action)"""
 
@@ -260,6 +266,11 @@ class EvalSettings:
             self.confirm_stderr >= 0,
             "confirm-stderr",
             f"must be >= 0 (0: the mean alone), got {self.confirm_stderr}",
+        )
+        need(
+            self.rescore_episodes >= 0,
+            "rescore-episodes",
+            f"must be >= 0 (0: no re-scoring), got {self.rescore_episodes}",
         )
 
 

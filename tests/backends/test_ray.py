@@ -737,6 +737,7 @@ def test_a_short_pong_run_over_ray_checkpoints_and_resumes(cluster, run_dir):
         # test's time (evaluations on Ray: test_evaluations_read_the_servers_parameters...)
         eval_every=0,
         stop_on="train",
+        rescore_episodes=0,
     )
     summary = asyncrl.train(**common, steps=1_500, run_dir=str(run_dir))
     assert summary["total_steps"] >= 1_500 and summary["total_frames"] == 4 * summary["total_steps"]
@@ -1027,8 +1028,8 @@ def test_a_ray_train_command_probes_the_env_once_and_leaves_a_callers_connection
         )
     args = ["train", "--backend", "ray", "--address", cluster.address, "--workers", "1"]
     args += ["--steps", "2000", "--run-dir", str(run_dir), "--no-progress"]
-    # no evaluation: its envs are built in this process too (after the run starts)
-    args += ["--eval-every", "0", "--stop-on", "train"]
+    # no evaluation nor re-scoring: their envs are built in this process too (after the run)
+    args += ["--eval-every", "0", "--stop-on", "train", "--rescore-episodes", "0"]
     assert main(args) == 0
     assert len(built) == 1 and ray.is_initialized()
 
