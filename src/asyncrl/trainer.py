@@ -29,7 +29,14 @@ from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.evaluation import Evaluation, Evaluator
 from asyncrl.heap import return_freed_memory
 from asyncrl.messages import GlobalSnapshot
-from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
+from asyncrl.models import (
+    ModelSpec,
+    bind_obs_stats,
+    build_model,
+    check_encoder,
+    encoder_path,
+    flatten_parameters,
+)
 from asyncrl.monitor import Monitor
 from asyncrl.optim import rms_start, scheduled_lr
 from asyncrl.presets import preset
@@ -63,6 +70,10 @@ def train(
     input raises :class:`asyncrl.errors.UserError` before any file is written or changed, and
     a bad env or config before Ray starts.
 
+    ``encoder``: an encoder class of your own (an ``nn.Module`` built as
+    ``Class(observation_space)``, docs/spaces.md#your-own-encoder), or its import path
+    ``"package.module:Class"``; the run records the path, which every process imports.
+
     ``callbacks``: a :class:`asyncrl.Callback` or several, called in this process on each
     episode, evaluation and interval of the learners' statistics; one that returns False stops
     the run as its budget would, with a checkpoint, and one that raises stops it and the
@@ -88,9 +99,16 @@ def _train(
     t0: float,
     hooks: Hooks,
 ) -> dict[str, Any]:
+    # an encoder class given in Python is recorded by its import path (asyncrl.models.user)
+    if overrides.get("encoder") is not None:
+        overrides = {**overrides, "encoder": encoder_path(overrides["encoder"])}
+    if cfg is not None and cfg.encoder is not None:
+        cfg = dataclasses.replace(cfg, encoder=encoder_path(cfg.encoder))
     cfg, ckpt, info = _config(cfg, resume, info, overrides)
     algo = make_algorithm(cfg.algo, cfg.algo_settings(), info)
     spec = model_spec_for(cfg, algo.model_kind, info, cfg.reward_scale)
+    if spec.encoder_class:  # built once here, on the env's space: before anything is written
+        check_encoder(spec, cfg.backend)
     if ckpt is not None:  # a checkpoint that does not fit is bad input: refused before Ray starts
         fresh = GlobalState.create(cfg, spec, 1, algo.uses_target_network, shared=False)
         fresh.check_fits(ckpt["glob"], Path(str(cfg.run_dir)))
