@@ -95,6 +95,15 @@ class FailingForward(TinyEncoder):
         return self.linear(obs["no such key"])
 
 
+class NumpyInside(TinyEncoder):
+    """Trains, but a trace keeps its NumPy round trip as a constant of the traced batch."""
+
+    def forward(self, obs: Any) -> torch.Tensor:
+        first = leaves(obs)[0]
+        zero = torch.from_numpy(first.detach().numpy()).float().sum(1, keepdim=True) * 0.0
+        return super().forward(obs) + zero
+
+
 class RunningStats(TinyEncoder):
     """BatchNorm's running statistics: buffers the workers' copies would not share."""
 

@@ -222,7 +222,13 @@ def what_forward_takes(space: Any) -> str:
         return "a dict of tensors, one a key, each with a leading batch axis"
     if isinstance(space, gym.spaces.Tuple):
         return "a tuple of tensors, each with a leading batch axis"
-    return f"one tensor (B, *{tuple(space.shape or ())}) of dtype {space.dtype}"
+    shape = ", ".join(["B", *(str(d) for d in space.shape or ())])
+    return f"one tensor ({shape}) of dtype {space.dtype}"
+
+
+def _words(space: Any) -> str:
+    """A space as one line (a Box's repr spreads its bounds over runs of spaces)."""
+    return " ".join(str(space).split())
 
 
 def check_encoder(spec: ModelSpec, backend: str) -> None:
@@ -254,7 +260,8 @@ def check_encoder(spec: ModelSpec, backend: str) -> None:
             except Exception as e:
                 raise UserError(
                     f"--encoder: {qual}(observation_space{args}) failed: {_one_line(e)}; it is "
-                    f"built as Class(observation_space, **encoder_kwargs), with {space} ({DOCS})"
+                    "built as Class(observation_space, **encoder_kwargs), with "
+                    f"{_words(space)} ({DOCS})"
                 ) from None
 
     net = build(0)
@@ -284,7 +291,7 @@ def check_encoder(spec: ModelSpec, backend: str) -> None:
         out = encoder(torch.from_numpy(rows))
     except Exception as e:
         raise UserError(
-            f"--encoder: {path}'s forward failed on two observations sampled from {space} "
+            f"--encoder: {path}'s forward failed on two observations sampled from {_words(space)} "
             f"({_one_line(e)}); it takes {what_forward_takes(space)}, as the env gives them "
             f"({DOCS})"
         ) from None
