@@ -159,8 +159,11 @@ def test_the_encoders_parameters_are_learnt_and_shared_by_actor_and_critic(run_d
 def test_a_run_with_the_encoder_resumes_from_its_checkpoint(run_dir):
     base = dict(env=CUE, backend="processes", encoder=TINY, eval_every=0, stop_on="train", **QUICK)
     asyncrl.train(**base, steps=1_000, run_dir=str(run_dir))
-    summary = asyncrl.train(resume=run_dir, steps=2_000, progress=False)
+    # the same encoder given again is the run's own; another (of the same shapes) is refused
+    summary = asyncrl.train(resume=run_dir, steps=2_000, progress=False, encoder=TinyEncoder)
     assert summary["resumed"] and summary["total_steps"] >= 2_000
+    with pytest.raises(UserError, match="--encoder: a resumed run goes on with its own encoder"):
+        asyncrl.train(resume=run_dir, steps=3_000, encoder="tests.user_encoders:Seen")
 
 
 def test_python_takes_the_class_and_records_its_import_path(run_dir):

@@ -316,6 +316,16 @@ def _config(
                 f"{' --obs-keys ' + ' '.join(saved.obs_keys) if saved.obs_keys else ''}); drop "
                 f"{flag}, or train a new run on the other env"
             )
+    # its encoder's code too: another class of the same shapes would take its parameters silently
+    for name in ("encoder", "encoder_kwargs"):
+        given = overrides.get(name, getattr(saved, name))
+        if (tuple(given) if name == "encoder_kwargs" else given) != getattr(saved, name):
+            flag = "--" + name.replace("_", "-")
+            own = " ".join([saved.encoder or "asyncrl's own", *saved.encoder_kwargs])
+            raise UserError(
+                f"{flag}: a resumed run goes on with its own encoder ({own}); drop {flag}, or "
+                "train a new run with the other one"
+            )
     # A resumed run's saved settings that its config now ignores go back to their defaults (the
     # applicability table): the Ray options of a Ray run resumed on another backend, and what
     # an older version accepted and ignored. The command line cannot unset them, and the run
