@@ -23,7 +23,7 @@ import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl.cli import main
 from asyncrl.envs import probe_env
 from asyncrl.errors import UserError
-from asyncrl.models import UserEncoder, build_model
+from asyncrl.models import UserEncoder, build_model, check_encoder
 from asyncrl.spaces import encoder_space, space_from_json, space_to_json
 from tests.envs_for_tests import DictCueEnv
 from tests.oracles import spec_for
@@ -108,22 +108,30 @@ def test_forward_gets_the_observation_in_its_space_structure_and_dtypes():
     x = torch.randint(0, 256, (3, *frames.obs_shape), dtype=torch.uint8)
     got = UserEncoder(spec).observation(x)
     assert got.dtype == torch.uint8 and got.shape == x.shape and got.data_ptr() == x.data_ptr()
+    # a Discrete observation (one leaf, no key): its values, (B,)
+    lake = probe_env("FrozenLake-v1")
+    spec = spec_for(asyncrl.Config(env="FrozenLake-v1", encoder=TINY), lake)
+    check_encoder(spec, "processes")
+    got = UserEncoder(spec).observation(torch.tensor([[3], [15]], dtype=torch.uint8))
+    assert got.dtype == torch.int64 and got.tolist() == [3, 15]
 
 
 # ---------------------------------------------------------------- training on each backend
 @pytest.mark.parametrize(
-    "backend, env",
+    "backend, env, algo",
     [
-        ("threads", "CartPole-v1"),
-        ("processes", "CartPole-v1"),
-        ("threads", CUE),
-        ("processes", CUE),
+        ("threads", "CartPole-v1", "a3c"),
+        ("processes", "CartPole-v1", "a3c"),
+        ("threads", CUE, "a3c"),
+        ("processes", CUE, "a3c"),
+        ("processes", CUE, "appo"),
+        ("threads", "CartPole-v1", "nstep-q"),
     ],
 )
-def test_a_run_trains_with_the_encoder_and_its_policy_loads_and_acts(backend, env, run_dir):
+def test_a_run_trains_with_the_encoder_and_its_policy_loads_and_acts(backend, env, algo, run_dir):
     summary = asyncrl.train(
-        env=env, backend=backend, encoder=TINY, encoder_kwargs=("width=8",), steps=1_500,
-        eval_every=1_000, run_dir=str(run_dir), **QUICK,
+        env=env, backend=backend, algo=algo, encoder=TINY, encoder_kwargs=("width=8",),
+        steps=1_500, eval_every=1_000, run_dir=str(run_dir), **QUICK,
     )  # fmt: skip
     assert summary["total_steps"] >= 1_500 and summary["evaluations"] >= 1, summary
     assert json.loads((run_dir / "config.json").read_text())["encoder"] == TINY
