@@ -444,6 +444,8 @@ def dummy_inputs(
             x = rng.integers(low, high, shape)
         elif port.name == "prev_action" and dtype == np.int8:  # MultiBinary bits
             x = rng.integers(0, 2, shape)
+        elif port.name == "obs" and spec.encoder_class:
+            x = _space_samples(spec, batch, rng)
         elif dtype == np.uint8:
             x = rng.integers(0, 256, shape)
         elif dtype.kind == "b":
@@ -454,6 +456,21 @@ def dummy_inputs(
             x = rng.standard_normal(shape)
         out.append(np.asarray(x, dtype))
     return out
+
+
+def _space_samples(spec: ModelSpec, batch: int, rng: np.random.Generator) -> np.ndarray:
+    """``batch`` observations drawn from the space an encoder of the user's own is built on,
+    as the network takes them (packed, for a Dict or Tuple): values off the space (a Discrete
+    index past n) could fail in its forward where the env's never would."""
+    from asyncrl.spaces import space_from_json
+
+    space = space_from_json(spec.obs_space)
+    space.seed(int(rng.integers(2**31)))
+    layout = spec.obs_layout
+    rows = [
+        layout.pack(o) if layout else np.asarray(o) for o in (space.sample() for _ in range(batch))
+    ]
+    return np.stack(rows).astype(spec.obs_dtype)
 
 
 def _check(
@@ -547,13 +564,26 @@ def export_policy(
     with torch.no_grad():
         want = module(*(torch.from_numpy(x) for x in check))
     meta = json.dumps(_metadata(policy, spec, mask, format, inputs, outputs))
-    if format == "onnx":
-        data = _onnx_bytes(module, example, inputs, outputs, meta)
-        got = _run_onnx(data, inputs, check)
-    else:
-        data = _torchscript_bytes(module, example, meta)
-        got = _run_torchscript(data, check)
-    _check(format, got, want, outputs)
+    try:
+        if format == "onnx":
+            data = _onnx_bytes(module, example, inputs, outputs, meta)
+            got = _run_onnx(data, inputs, check)
+        else:
+            data = _torchscript_bytes(module, example, meta)
+            got = _run_torchscript(data, check)
+        _check(format, got, want, outputs)
+    except Exception as e:
+        if not spec.encoder_class:
+            raise
+        # an encoder of the user's own is traced as it is written: one that tracing cannot
+        # follow (Python control flow on its values, a NumPy round trip) is the user's to fix
+        first = next(iter(str(e).splitlines()), "")
+        raise UserError(
+            f"--format {format}: the encoder {spec.encoder_class} does not export "
+            f"({type(e).__name__}: {first}); tracing records one pass of tensor operations, so "
+            "its forward may not branch on values or leave torch "
+            "(docs/spaces.md#your-own-encoder)"
+        ) from None
     write_atomically(path, lambda f: f.write(data))
     return Exported(path, format, inputs, outputs, describe(policy))
 

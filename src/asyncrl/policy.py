@@ -395,6 +395,8 @@ def load(run_dir: str | Path, which: Which | None = None) -> Policy:
             spec = dataclasses.replace(spec, precision="float32")
         model = build_model(spec)
         model.load_state_dict(blob["state_dict"])
+    except UserError:  # an encoder of the user's own that does not import here: its own line
+        raise
     except Exception as e:  # one line: torch.load's messages run to several
         first = next(iter(str(e).splitlines()), "")
         raise UserError(f"{path} cannot be read ({type(e).__name__}: {first})") from None

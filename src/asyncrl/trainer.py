@@ -29,7 +29,14 @@ from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.evaluation import Evaluation, Evaluator
 from asyncrl.heap import return_freed_memory
 from asyncrl.messages import GlobalSnapshot
-from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
+from asyncrl.models import (
+    ModelSpec,
+    bind_obs_stats,
+    build_model,
+    check_encoder,
+    encoder_path,
+    flatten_parameters,
+)
 from asyncrl.monitor import Monitor
 from asyncrl.optim import rms_start, scheduled_lr
 from asyncrl.parallel import processes_for, separate_envs, spare_cores
@@ -70,6 +77,10 @@ def train(
     :class:`asyncrl.errors.UserError` before any file is written or changed, and a bad env or
     config before Ray starts.
 
+    ``encoder``: an encoder class of your own (an ``nn.Module`` built as
+    ``Class(observation_space)``, docs/spaces.md#your-own-encoder), or its import path
+    ``"package.module:Class"``; the run records the path, which every process imports.
+
     ``callbacks``: a :class:`asyncrl.Callback` or several, called in this process on each
     episode, evaluation and interval of the learners' statistics; one that returns False stops
     the run as its budget would, with a checkpoint, and one that raises stops it and the
@@ -95,9 +106,16 @@ def _train(
     t0: float,
     hooks: Hooks,
 ) -> dict[str, Any]:
+    # an encoder class given in Python is recorded by its import path (asyncrl.models.user)
+    if overrides.get("encoder") is not None:
+        overrides = {**overrides, "encoder": encoder_path(overrides["encoder"])}
+    if cfg is not None and cfg.encoder is not None:
+        cfg = dataclasses.replace(cfg, encoder=encoder_path(cfg.encoder))
     cfg, ckpt, info = _config(cfg, resume, info, overrides)
     algo = make_algorithm(cfg.algo, cfg.algo_settings(), info)
     spec = model_spec_for(cfg, algo.model_kind, info, cfg.reward_scale)
+    if spec.encoder_class:  # built once here, on the env's space: before anything is written
+        check_encoder(spec, cfg.backend)
     if ckpt is not None:  # a checkpoint that does not fit is bad input: refused before Ray starts
         fresh = GlobalState.create(cfg, spec, 1, algo.uses_target_network, shared=False)
         fresh.check_fits(ckpt["glob"], Path(str(cfg.run_dir)))
@@ -308,6 +326,16 @@ def _config(
                 f"{' ' + ' '.join(saved.env_kwargs) if saved.env_kwargs else ''}"
                 f"{' --obs-keys ' + ' '.join(saved.obs_keys) if saved.obs_keys else ''}); drop "
                 f"{flag}, or train a new run on the other env"
+            )
+    # its encoder's code too: another class of the same shapes would take its parameters silently
+    for name in ("encoder", "encoder_kwargs"):
+        given = overrides.get(name, getattr(saved, name))
+        if (tuple(given) if name == "encoder_kwargs" else given) != getattr(saved, name):
+            flag = "--" + name.replace("_", "-")
+            own = " ".join([saved.encoder or "asyncrl's own", *saved.encoder_kwargs])
+            raise UserError(
+                f"{flag}: a resumed run goes on with its own encoder ({own}); drop {flag}, or "
+                "train a new run with the other one"
             )
     # A resumed run's saved settings that its config now ignores go back to their defaults (the
     # applicability table): the Ray options of a Ray run resumed on another backend, and what

@@ -425,6 +425,25 @@ def test_masked_multi_discrete_actions_run_on_the_cluster(cluster, run_dir):
     assert len(asyncrl.evaluate(run_dir, episodes=5)) == 5
 
 
+def test_an_encoder_of_the_users_own_trains_on_the_cluster_by_its_import_path(cluster, run_dir):
+    # each actor imports tests.user_encoders itself (the cluster's PYTHONPATH holds the repo):
+    # the class never travels, its path does
+    import gymnasium as gym
+
+    import tests.envs_for_tests  # noqa: F401 (registers the env here too)
+
+    summary = asyncrl.train(
+        env="tests.envs_for_tests:asyncrl-test/DictCue-v0", encoder="tests.user_encoders:Seen",
+        backend="ray", address=cluster.address, workers=2, envs_per_worker=4, steps=2_000,
+        eval_every=0, stop_on="train", run_dir=str(run_dir), progress=False,
+    )  # fmt: skip
+    assert summary["total_steps"] >= 2_000, summary
+    policy = asyncrl.load(run_dir)
+    assert policy.spec.encoder_class == "tests.user_encoders:Seen"
+    obs, _ = gym.make("asyncrl-test/DictCue-v0").reset(seed=0)
+    assert policy.act(obs) in range(3)
+
+
 def test_the_parameter_server_lives_on_the_driver_node(cluster, run_dir):
     import threading
 
