@@ -267,6 +267,34 @@ class BitsEnv(gym.Env):
 gym.register("asyncrl-test/Bits-v0", entry_point=BitsEnv, max_episode_steps=10)
 
 
+class ShiftedEnv(gym.Env):
+    """A contextual bandit of Discrete(3) actions that start at -1: the observation is the
+    one-hot of a target drawn each step, and the action ``target - 1`` pays 1. The policy's
+    0..2 must be shifted to hit; the best policy scores 10 an episode of 10 steps, a uniform
+    one 3.3."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 1, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(3, start=-1)
+        self.target = 0
+
+    def _obs(self):
+        self.target = int(self.np_random.integers(3))
+        return np.eye(3, dtype=np.float32)[self.target]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(int(action)), action
+        reward = float(int(action) == self.target - 1)
+        return self._obs(), reward, False, False, {}
+
+
+gym.register("asyncrl-test/Shifted-v0", entry_point=ShiftedEnv, max_episode_steps=10)
+
+
 class PickEnv(gym.Env):
     """Action masks. Of 4 actions each is valid with probability 1/2 at each step (at least
     one), and a valid action a pays (a + 1) / 4; an invalid one costs 1 and ends the episode
@@ -345,6 +373,32 @@ gym.register(
     max_episode_steps=10,
     kwargs={"multi": True, "strict": True},
 )
+
+
+class PickDictEnv(PickEnv):
+    """:class:`PickEnv` (strict) with its mask as the ``action_mask`` key of a Dict
+    observation beside two others: ``obs`` (the Box, always 0) and ``step`` (the steps taken
+    in the episode, Discrete(10)): the wrapper leaves a Dict of the two. ``multi``: as
+    PickEnv's."""
+
+    def __init__(self, multi=False):
+        super().__init__("obs", multi=multi, strict=True)
+        spaces = dict(self.observation_space.spaces)
+        self.observation_space = gym.spaces.Dict({**spaces, "step": gym.spaces.Discrete(10)})
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        obs, info = super().reset(seed=seed, options=options)
+        return {**obs, "step": self.t}, info
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        self.t = min(self.t + 1, 9)
+        return {**obs, "step": self.t}, reward, term, trunc, info
+
+
+gym.register("asyncrl-test/PickDict-v0", entry_point=PickDictEnv, max_episode_steps=10)
 
 
 class PickEmptyEnv(PickEnv):
@@ -507,3 +561,23 @@ class DictTextEnv(CounterEnv):
 
 
 gym.register("asyncrl-test/DictText-v0", entry_point=DictTextEnv, max_episode_steps=3)
+
+
+# ---------------------------------------------------------------- slow episodes
+class SlowCounterEnv(CounterEnv):
+    """CounterEnv whose every step sleeps: its episodes take a known time (20 steps of 10 ms by
+    default), whatever the machine's speed, and leave the cores free while they do."""
+
+    def __init__(self, seconds: float = 0.01):
+        super().__init__()
+        self.seconds = seconds
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        return super().step(action)
+
+
+gym.register("asyncrl-test/Slow-v0", entry_point=SlowCounterEnv, max_episode_steps=20)
+
+# CartPole without its native vector version: stepped one env at a time, as Atari's are
+gym.register("asyncrl-test/CartPoleSeparate-v0", entry_point=CartPoleEnv, max_episode_steps=500)

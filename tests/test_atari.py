@@ -493,8 +493,8 @@ def test_the_worker_learns_across_a_lost_life_and_reports_whole_games(monkeypatc
         assert 1 <= start <= 29  # ale-py's reset: FIRE, then 0 to 28 no-ops
 
 
-# No evaluation during or after a run: --eval-every 0 with --stop-on train
-NO_EVAL: dict = dict(eval_every=0, stop_on="train")
+# No evaluation during or after a run: --eval-every 0 with --stop-on train, and no re-scoring
+NO_EVAL: dict = dict(eval_every=0, stop_on="train", rescore_episodes=0)
 
 
 @pytest.mark.slow

@@ -450,6 +450,7 @@ def test_a_damaged_run_file_is_one_line_and_exit_2(
     file, content, command, needle, run_dir, tmp_path, capsys
 ):
     assert main(["train", *QUICK, "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()  # (the run's own lines)
     target = run_dir
     if content is None:  # the file given where its directory belongs
         target = run_dir / file

@@ -64,7 +64,7 @@ def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, mon
     seen: dict[int, np.ndarray] = {}
     calls = []
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
         k = len(calls)
         calls.append(k)
         seen[k] = params(policy.model)
@@ -95,7 +95,7 @@ def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monk
     calls: list[list[int]] = []
     scores = [200.0, 50.0, 50.0, 200.0, 150.0]
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
         calls.append(list(seeds))
         return [scores[len(calls) - 1]] * len(seeds)
 
@@ -126,7 +126,7 @@ def test_a_confirmation_counts_on_its_mean_less_its_standard_errors(
     confirmations = [[91.0, 111.0] * 50, [102.0] * 100]
     calls: list[int] = []
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
         calls.append(len(seeds))
         if len(seeds) == 10:
             return [200.0] * 10  # every screen passes
@@ -152,7 +152,7 @@ def test_a_solved_run_keeps_the_confirmation_that_met_the_rule(run_dir, monkeypa
     confirmations = [[60.0, 160.0] * 50, [102.0] * 100]
     seen: list[np.ndarray] = []
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
         if len(seeds) == 10:
             return [200.0] * 10  # every screen passes
         seen.append(params(policy.model))
@@ -183,7 +183,7 @@ def test_a_solved_run_keeps_the_confirmation_that_met_the_rule(run_dir, monkeypa
 def test_no_confirmation_with_confirm_episodes_0(run_dir, monkeypatch):
     calls = []
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None):
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
         calls.append(len(seeds))
         return [200.0] * len(seeds)
 
@@ -458,7 +458,12 @@ def test_a_time_limit_ends_the_run_as_its_budget_does_and_evaluates_the_last(run
     assert "not solved: time limit reached (" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["ended"] == "time_limit" and not summary["solved"]
-    assert 3.0 <= summary["wall_seconds"] < 30.0 and summary["total_steps"] < 100_000_000
+    # training stopped its reserve before the limit (for the final evaluation and the kept
+    # model's re-scoring: test_rescore.py), and the whole run ended within the limit's bound
+    reserved = summary["time_reserved_seconds"]
+    assert 0 < reserved <= 1.5 and summary["kept_model_planned_episodes"] == 100
+    assert 3.0 - reserved <= summary["wall_seconds"] < 30.0
+    assert summary["total_steps"] < 100_000_000
     evals = rows(run_dir)  # --eval-every 0: only the final parameters' evaluation
     assert len(evals) == 1 and int(evals[0]["global_step"]) == summary["total_steps"]
     assert asyncrl.load(run_dir).source.name == "best_model.pt"
@@ -466,7 +471,8 @@ def test_a_time_limit_ends_the_run_as_its_budget_does_and_evaluates_the_last(run
     assert main(["train", "--resume", str(run_dir), "--time-limit", "6s", "--no-progress"]) == 0
     more = json.loads((run_dir / "summary.json").read_text())
     assert more["resumed"] and more["ended"] == "time_limit"
-    assert 6.0 <= more["wall_seconds"] < 40.0 and more["total_steps"] > summary["total_steps"]
+    assert 6.0 - more["time_reserved_seconds"] <= more["wall_seconds"] < 40.0
+    assert more["total_steps"] > summary["total_steps"]
 
 
 def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkeypatch):
@@ -556,6 +562,10 @@ def test_a_failing_evaluation_is_one_line_and_the_run_goes_on(run_dir, monkeypat
     err = capsys.readouterr().err
     assert "evaluation 0 failed (no display here); the run goes on without evaluations" in err
     assert rows(run_dir) == [] and not (run_dir / "best_model.pt").exists()
+    # and the kept model's re-scoring, whose envs are built here too
+    assert "re-scoring the kept model failed (no display here)" in err
+    assert summary["kept_model_return"] is None
+    assert summary["kept_model_error"] == "no display here"
 
 
 class FakeRun:

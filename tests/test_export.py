@@ -76,8 +76,33 @@ RUNS: dict[str, dict] = {
     "dict-lstm": dict(
         env="asyncrl-test/DictCue-v0", steps=1_000, core="lstm", prev_action_reward=True
     ),
+    # action spaces: Discrete from -1, MultiDiscrete from (1, -2), MultiBinary; with a core that
+    # takes the previous action (its one-hot from the start; none: one below it)
+    "shifted": dict(env="asyncrl-test/Shifted-v0", steps=1_000),
+    "shifted-q": dict(env="asyncrl-test/Shifted-v0", steps=1_000, algo="nstep-q"),
+    "match": dict(env="asyncrl-test/Match-v0", steps=1_000),
+    "bits": dict(env="asyncrl-test/Bits-v0", steps=1_000),
+    "shifted-prev": dict(
+        env="asyncrl-test/Shifted-v0", steps=1_000, core="gru", prev_action_reward=True
+    ),
+    "match-prev": dict(
+        env="asyncrl-test/Match-v0", steps=1_000, core="lstm", prev_action_reward=True
+    ),
+    # action masks (the Pick envs raise on a masked action): in the info, Discrete and
+    # MultiDiscrete; the nstep-q of the first; in a Dict observation with one other key (the
+    # policy learnt from its Box) and with two (a Dict of them); Taxi's int8 info mask with its
+    # Discrete(500) observation
+    "pick": dict(env="asyncrl-test/PickStrict-info-v0", steps=1_000),
+    "pick-multi": dict(env="asyncrl-test/PickMulti-v0", steps=1_000),
+    "pick-q": dict(env="asyncrl-test/PickStrict-info-v0", steps=1_000, algo="nstep-q"),
+    "pick-obs": dict(env="asyncrl-test/PickStrict-obs-v0", steps=1_000),
+    "pick-dict": dict(env="asyncrl-test/PickDict-v0", steps=1_000),
+    "taxi": dict(env="Taxi-v4", steps=1_000),
 }
-RECURRENT = {"lstm", "gru", "prev-discrete", "prev-box", "dict-lstm"}
+RECURRENT = {"lstm", "gru", "prev-discrete", "prev-box", "dict-lstm", "shifted-prev", "match-prev"}
+#: the runs whose env gives its mask as the action_mask key of a Dict observation: the
+#: observations acted on hold it, as the env's do
+MASK_IN_OBS = {"pick-obs", "pick-dict"}
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +123,24 @@ def runs(tmp_path_factory):
     return get
 
 
+def random_masks(action: ActionSpace, size: tuple[int, ...], rng: np.random.Generator):
+    """Action masks ``(*size, dim)``, each action valid with probability 1/2 and at least one in
+    each part (MultiDiscrete's each)."""
+    parts = []
+    for k in action.parts:
+        m = rng.random((*size, k)) < 0.5
+        one = rng.integers(0, k, size)[..., None] == np.arange(k)
+        parts.append(m | one)
+    return np.concatenate(parts, axis=-1)
+
+
 def episodes_of(name: str, policy: asyncrl.Policy) -> dict[str, Any]:
     """1,000 observations to act on: one batch of 1,000 for a feed-forward net; for a
     recurrent core 125 steps of 8 envs, with episode starts and rewards along the way.
     ``obs``: one batch a step; a structured observation's as the env gives it (dicts and
-    tuples of the leaves, each with the batch axis)."""
+    tuples of the leaves, each with the batch axis). ``mask``: one batch of random valid
+    action masks a step where the env gives masks (None where not, or where they are the
+    observation's action_mask key, :data:`MASK_IN_OBS`; Taxi's as int8, as it gives them)."""
     rng = np.random.default_rng(1)
     shape, dtype = policy.spec.obs_shape, np.dtype(policy.spec.obs_dtype)
     steps, envs = (125, 8) if name in RECURRENT else (1, 1000)
@@ -131,17 +169,56 @@ def episodes_of(name: str, policy: asyncrl.Policy) -> dict[str, Any]:
         obs = rng.normal(0.0, 1.5, size).astype(dtype)
     first = rng.random((steps, envs)) < 0.05
     reward = rng.normal(0.0, 3.0, (steps, envs)).astype(np.float32)
-    return {"obs": obs, "first": first, "reward": reward}
+    masks: list[Any] = [None] * steps
+    action = policy.spec.action
+    if action.masked:
+        masks = list(random_masks(action, (steps, envs), rng))
+        if name == "taxi":
+            masks = [m.astype(np.int8) for m in masks]
+        if name in MASK_IN_OBS:  # the env's own dicts: the mask a key of each
+            obs = [
+                {**(o if isinstance(o, dict) else {"obs": o}), "action_mask": m}
+                for o, m in zip(obs, masks, strict=True)
+            ]
+            masks = [None] * steps
+    return {"obs": obs, "first": first, "reward": reward, "mask": masks}
+
+
+def steps_of(data: dict[str, Any]):
+    """Each step's observation, first flags, rewards and masks."""
+    return zip(data["obs"], data["first"], data["reward"], data["mask"], strict=True)
 
 
 def reference_actions(policy: asyncrl.Policy, data: dict[str, Any]) -> np.ndarray:
     policy.reset()
     return np.stack(
         [
-            policy.act(obs, first=first, reward=reward)
-            for obs, first, reward in zip(data["obs"], data["first"], data["reward"], strict=True)
+            policy.act(obs, first=first, reward=reward, action_mask=mask)
+            for obs, first, reward, mask in steps_of(data)
         ]
     )
+
+
+def masks_of(data: dict[str, Any]) -> np.ndarray:
+    """The masks ``data``'s steps were acted on with, ``(steps, envs, dim)`` bool, wherever
+    they were given."""
+    return np.stack(
+        [
+            np.asarray(o["action_mask"] if m is None else m, bool)
+            for o, m in zip(data["obs"], data["mask"], strict=True)
+        ]
+    )
+
+
+def all_valid(action: ActionSpace, acted: np.ndarray, masks: np.ndarray) -> bool:
+    """Whether every action ``acted`` ``(..., *shape)`` (as the env takes them) is valid
+    under ``masks`` ``(..., dim)``: each part's action at its offset in the mask."""
+    lead = masks.shape[:-1]
+    policy_form = action.from_env(acted.reshape(-1, *acted.shape[len(lead) :]))
+    index = policy_form.reshape(int(np.prod(lead)), -1)
+    offsets = np.cumsum((0, *action.parts[:-1]))
+    flat = masks.reshape(-1, masks.shape[-1])
+    return bool(flat[np.arange(len(flat))[:, None], index + offsets].all())
 
 
 #: run in a process that cannot import PyTorch: the runner file on its own (not through the
@@ -165,9 +242,10 @@ NO_TORCH = textwrap.dedent(
     policy = runner.OnnxPolicy(sys.argv[2])
     with open(sys.argv[3], "rb") as f:
         data = pickle.load(f)
+    steps = zip(data["obs"], data["first"], data["reward"], data["mask"])
     actions = [
-        policy.act(obs, first=first, reward=reward)
-        for obs, first, reward in zip(data["obs"], data["first"], data["reward"])
+        policy.act(obs, first=first, reward=reward, action_mask=mask)
+        for obs, first, reward, mask in steps
     ]
     np.save(sys.argv[4], np.stack(actions))
     assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch loaded"
@@ -188,7 +266,9 @@ def run_without_torch(model: Path, data: dict[str, Any], tmp_path: Path) -> np.n
 
 
 def assert_same_actions(got: np.ndarray, want: np.ndarray, discrete: bool) -> None:
-    assert got.shape == want.shape
+    """The same actions, as the env takes them: shape and dtype (int64, MultiBinary's int8,
+    Box's float32) too."""
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.dtype, want.dtype)
     if discrete:
         np.testing.assert_array_equal(got, want)
     else:
@@ -205,7 +285,10 @@ def test_the_onnx_policy_acts_as_the_loaded_policy_without_pytorch(name, runs, t
     data = episodes_of(name, policy)
     want = reference_actions(policy, data)
     got = run_without_torch(out, data, tmp_path)
-    assert_same_actions(got, want, policy.spec.action.kind == "discrete")
+    action = policy.spec.action
+    assert_same_actions(got, want, action.kind != "box")
+    if action.masked:  # the exported module never takes a masked action
+        assert all_valid(action, got, masks_of(data))
     if name == "pendulum-squash":  # the squashed action is inside the bounds, and moves
         assert np.abs(got).max() <= 2.0 and got.std() > 0
 
@@ -216,11 +299,7 @@ class TorchScriptPolicy(OnnxPolicy):
     def __init__(self, path: Path):
         extra = {"asyncrl": ""}
         self.module = torch.jit.load(str(path), _extra_files=extra)
-        self.interface = json.loads(extra["asyncrl"])
-        self.inputs = {p["name"]: p for p in self.interface["inputs"]}
-        self.outputs = [p["name"] for p in self.interface["outputs"]]
-        self.discrete = self.interface["action_space"]["kind"] == "discrete"
-        self.reset()
+        self.read_interface(json.loads(extra["asyncrl"]))
 
     def run(self, **feeds):
         args = [
@@ -231,7 +310,19 @@ class TorchScriptPolicy(OnnxPolicy):
 
 
 @pytest.mark.parametrize(
-    "name", ["cartpole", "frames", "pendulum-squash", "lstm", "prev-box", "dict", "dict-lstm"]
+    "name",
+    [
+        "cartpole",
+        "frames",
+        "pendulum-squash",
+        "lstm",
+        "prev-box",
+        "dict",
+        "dict-lstm",
+        "pick-multi",
+        "bits",
+        "match-prev",
+    ],
 )
 def test_the_torchscript_policy_acts_as_the_loaded_policy(name, runs, tmp_path):
     run = runs(name)
@@ -241,13 +332,8 @@ def test_the_torchscript_policy_acts_as_the_loaded_policy(name, runs, tmp_path):
     data = episodes_of(name, policy)
     want = reference_actions(policy, data)
     ts = TorchScriptPolicy(out)
-    got = np.stack(
-        [
-            ts.act(o, first=f, reward=r)
-            for o, f, r in zip(data["obs"], data["first"], data["reward"], strict=True)
-        ]
-    )
-    assert_same_actions(got, want, policy.spec.action.kind == "discrete")
+    got = np.stack([ts.act(o, first=f, reward=r, action_mask=m) for o, f, r, m in steps_of(data)])
+    assert_same_actions(got, want, policy.spec.action.kind != "box")
 
 
 def test_the_interface_is_named_as_documented(runs, tmp_path):
@@ -262,6 +348,10 @@ def test_the_interface_is_named_as_documented(runs, tmp_path):
             ["obs", "state", "prev_action", "prev_reward"],
             ["action", "mean", "state_out"],
         ),
+        "pick": (["obs", "action_mask"], ["action", "logits"]),
+        "pick-q": (["obs", "action_mask"], ["action", "q_values"]),
+        "match": (["obs"], ["action", "logits"]),
+        "bits": (["obs"], ["action", "logits"]),
     }
     for name, (ins, outs) in cases.items():
         out = tmp_path / f"{name}.onnx"
@@ -275,6 +365,69 @@ def test_the_interface_is_named_as_documented(runs, tmp_path):
     lstm = ort.InferenceSession(str(tmp_path / "lstm.onnx"), providers=["CPUExecutionProvider"])
     size = asyncrl.load(runs("lstm")).spec.core_size
     assert lstm.get_inputs()[1].shape == ["batch", 2 * size]  # h then c
+
+
+def ports_of(path: Path) -> dict[str, tuple[str, list]]:
+    """Each input's and output's type and shape, by name, as onnxruntime reads the file."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return {p.name: (p.type, p.shape) for p in session.get_inputs() + session.get_outputs()}
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        # Discrete from -1: the action with its start; a Q method's too
+        ("shifted", {"action": ("tensor(int64)", ["batch"]), "logits": (None, ["batch", 3])}),
+        ("shifted-q", {"action": ("tensor(int64)", ["batch"]), "q_values": (None, ["batch", 3])}),
+        # MultiDiscrete([3, 4]) and MultiBinary(3): the action in the space's shape, the
+        # logits the parts' concatenated, a logit a bit
+        ("match", {"action": ("tensor(int64)", ["batch", 2]), "logits": (None, ["batch", 7])}),
+        ("bits", {"action": ("tensor(int8)", ["batch", 3]), "logits": (None, ["batch", 3])}),
+        # masks: one entry per logit, MultiDiscrete's parts concatenated
+        ("pick", {"action_mask": ("tensor(bool)", ["batch", 4])}),
+        (
+            "pick-multi",
+            {
+                "action_mask": ("tensor(bool)", ["batch", 8]),
+                "action": ("tensor(int64)", ["batch", 2]),
+                "logits": ("tensor(float)", ["batch", 8]),
+            },
+        ),
+        # Taxi: a Discrete(500) observation, its int8 info mask taken as bool
+        (
+            "taxi",
+            {
+                "obs": ("tensor(int64)", ["batch"]),
+                "action_mask": ("tensor(bool)", ["batch", 6]),
+            },
+        ),
+        # a Dict observation's action_mask key is the mask input, no obs. leaf
+        (
+            "pick-dict",
+            {
+                "obs.obs": ("tensor(float)", ["batch", 1]),
+                "obs.step": ("tensor(int64)", ["batch"]),
+                "action_mask": ("tensor(bool)", ["batch", 4]),
+            },
+        ),
+        # the previous action as the env took it: MultiDiscrete's in the space's shape
+        ("match-prev", {"prev_action": ("tensor(int64)", ["batch", 2])}),
+    ],
+)
+def test_the_action_spaces_and_masks_ports(name, want, runs, tmp_path):
+    out = tmp_path / "p.onnx"
+    export_policy(runs(name), out)
+    got = ports_of(out)
+    for port, (dtype, shape) in want.items():
+        assert dtype is None or got[port][0] == dtype, (port, got[port])
+        assert got[port][1] == shape, (port, got[port])
+    if name == "pick-dict":
+        assert list(got)[:3] == ["obs.obs", "obs.step", "action_mask"]
+    runner = OnnxPolicy(out)
+    space = runner.interface["action_space"]
+    action = asyncrl.load(runs(name)).spec.action
+    assert space["nvec"] == list(action.nvec) and space["start"] == list(action.start)
+    assert space["masked"] == action.masked == ("action_mask" in got)
 
 
 def test_a_dict_observation_is_one_input_a_leaf_in_its_own_dtype(runs, tmp_path, capsys):
@@ -489,17 +642,167 @@ def test_a_masked_action_is_never_taken(name, runs, tmp_path):
     # the runner refuses a row with no valid action (an env fault), and a missing mask
     runner = OnnxPolicy(masked)
     mask[3] = False
-    with pytest.raises(ValueError, match="no valid action"):
+    with pytest.raises(ValueError, match="action_mask row 3 has no valid action: the env"):
         runner.act(obs, action_mask=mask)
     with pytest.raises(ValueError, match="pass action_mask="):
         runner.act(obs)
 
 
-def test_a_mask_for_box_actions_is_refused(runs, tmp_path):
+@pytest.mark.parametrize("name", ["pick", "pick-multi", "pick-q", "taxi", "pick-dict"])
+def test_a_masked_run_never_takes_a_masked_action(name, runs, tmp_path):
+    """The run's env gives masks, so its export takes them: on random masks (at least one
+    valid action in each part) every action is valid, the masked scores are MASKED_SCORE and
+    the others the network's; with every action valid, the greedy action is masked in some of
+    those rows (the mask is what keeps it out)."""
+    run = runs(name)
     out = tmp_path / "p.onnx"
-    with pytest.raises(UserError, match="an action mask is for Discrete actions"):
-        export_policy(runs("pendulum"), out, action_mask=True)
+    export_policy(run, out)
+    policy = asyncrl.load(run)
+    action = policy.spec.action
+    data = episodes_of(name, policy)
+    masks = masks_of(data)[0]
+    runner = OnnxPolicy(out)
+    obs = data["obs"][0]
+    if isinstance(obs, dict):
+        obs, _ = runner.split_mask(obs)
+    feeds, _ = runner.obs_feeds(obs)
+    acted, scores = runner.run(**feeds, action_mask=masks).values()
+    free, unmasked = runner.run(**feeds, action_mask=np.ones_like(masks)).values()
+    assert all_valid(action, acted, masks)
+    assert not all_valid(action, free, masks)
+    np.testing.assert_array_equal(scores[~masks], MASKED_SCORE)
+    np.testing.assert_array_equal(scores[masks], unmasked[masks])
+    # the network's own scores where nothing is masked
+    rows = torch.from_numpy(policy.spec.obs_layout.pack(obs) if policy.spec.obs_layout else obs)
+    with torch.no_grad():
+        n = len(rows)
+        want, _ = policy.model.act(rows, policy.model.initial_state(n), torch.zeros(n, dtype=bool))
+    np.testing.assert_allclose(unmasked, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_runner_takes_the_envs_own_observations_and_masks(runs, tmp_path):
+    """The env's raw observations and masks as it gives them, one at a time and as a batch:
+    a Dict with an action_mask key and two others, one with one other key (the policy learnt
+    from that key's Box), and Taxi's Discrete state with its int8 info mask. The Pick envs
+    raise on a masked action."""
+    for name in ("pick-dict", "pick-obs"):
+        out = tmp_path / f"{name}.onnx"
+        export_policy(runs(name), out)
+        policy, runner = asyncrl.load(runs(name)), OnnxPolicy(out)
+        env = gym.make(RUNS[name]["env"])
+        obs, _ = env.reset(seed=0)
+        seen = []
+        for _ in range(30):
+            assert set(obs) >= {"obs", "action_mask"}
+            action = runner.act(obs)
+            assert isinstance(action, int) and action == policy.act(obs)
+            seen.append(obs)
+            obs, *_, term, trunc, _ = env.step(action)
+            if term or trunc:
+                obs, _ = env.reset()
+        batch = {k: np.stack([o[k] for o in seen]) for k in seen[0]}
+        np.testing.assert_array_equal(runner.act(batch), policy.act(batch))
+        # a mask given beside the observation is the one taken
+        mask = np.zeros((len(seen), 4), bool)
+        mask[:, 2] = True
+        np.testing.assert_array_equal(runner.act(batch, action_mask=mask), 2)
+    out = tmp_path / "taxi.onnx"
+    export_policy(runs("taxi"), out)
+    policy, runner = asyncrl.load(runs("taxi")), OnnxPolicy(out)
+    env = gym.make("Taxi-v4")
+    state, info = env.reset(seed=0)
+    for _ in range(30):
+        mask = info["action_mask"]
+        assert mask.dtype == np.int8
+        action = runner.act(state, action_mask=mask)
+        assert action == policy.act(state, action_mask=mask) and mask[action] == 1
+        state, reward, term, trunc, info = env.step(action)
+        assert reward != -10  # no illegal pick-up or drop-off
+        if term or trunc:
+            state, info = env.reset()
+
+
+def test_the_runner_names_a_bad_mask(runs, tmp_path):
+    out = tmp_path / "p.onnx"
+    export_policy(runs("pick-multi"), out)
+    runner = OnnxPolicy(out)
+    obs = np.zeros((3, 1), np.float32)
+    mask = np.ones((3, 8), bool)
+    np.testing.assert_array_equal(runner.act(obs, action_mask=mask.astype(np.int8)).shape, (3, 2))
+    with pytest.raises(
+        ValueError, match=r"action_mask has shape \(3, 4\); the policy takes \(3, 8\)"
+    ):
+        runner.act(obs, action_mask=mask[:, :4])
+    with pytest.raises(
+        ValueError, match=r"action_mask has shape \(8,\); the policy takes \(3, 8\)"
+    ):
+        runner.act(obs, action_mask=mask[0])
+    with pytest.raises(ValueError, match="action_mask has dtype int64; give bool"):
+        runner.act(obs, action_mask=mask * 2)
+    mask[1, 4:] = False  # the second part of row 1: nothing valid
+    with pytest.raises(ValueError, match="action_mask row 1 has no valid action in some part"):
+        runner.act(obs, action_mask=mask)
+    with pytest.raises(ValueError, match="pass action_mask="):
+        runner.act(obs)
+    # one observation takes one mask
+    assert runner.act(obs[0], action_mask=np.ones(8, bool)).shape == (2,)
+
+
+@pytest.mark.parametrize("name", ["shifted-prev", "match-prev"])
+def test_the_previous_action_is_one_hot_from_the_start(name, runs, tmp_path):
+    """``prev_action`` as the env took it (the space's start in it): the module's logits are
+    the network's on write_context's context, and on zeros (an episode's start) for the
+    runner's no_action, one below the start."""
+    from asyncrl.models import write_context
+
+    run = runs(name)
+    out = tmp_path / "p.onnx"
+    export_policy(run, out)
+    policy, runner = asyncrl.load(run), OnnxPolicy(out)
+    spec, action = policy.spec, policy.spec.action
+    start = np.asarray(action.start)
+    np.testing.assert_array_equal(runner.no_action(), (start - 1).reshape(action.shape))
+    rng = np.random.default_rng(3)
+    n = 16
+    obs = rng.normal(size=(n, *spec.obs_shape)).astype(np.float32)
+    state = np.zeros((n, runner.inputs["state"]["shape"][1]), np.float32)
+    taken = rng.integers(0, np.asarray(action.parts), (n, len(action.parts)))
+    acted = action.to_env(taken[:, 0] if action.kind == "discrete" else taken)
+    reward = rng.normal(size=n).astype(np.float32)
+    for prev, context in [
+        (acted, None),
+        (np.broadcast_to(runner.no_action(), acted.shape), np.zeros((n, spec.context_dim))),
+    ]:
+        if context is None:
+            context = np.zeros((n, spec.context_dim), np.float32)
+            write_context(action, acted, spec.learning_reward(reward), context)
+            r = reward
+        else:
+            r = np.zeros(n, np.float32)
+        got = runner.run(obs=obs, state=state, prev_action=prev, prev_reward=r)["logits"]
+        with torch.no_grad():
+            want, _ = policy.model.act(
+                torch.from_numpy(obs),
+                policy.model.initial_state(n),
+                torch.zeros(n, dtype=bool),
+                torch.from_numpy(context).float(),
+            )
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_mask_where_the_run_has_none_or_no_mask_where_it_has_one_is_refused(runs, tmp_path):
+    out = tmp_path / "p.onnx"
+    for name, kind in [("pendulum", "Box"), ("bits", "MultiBinary")]:
+        with pytest.raises(
+            UserError, match=f"action mask is for Discrete and MultiDiscrete actions; .*{kind}"
+        ):
+            export_policy(runs(name), out, action_mask=True)
+    with pytest.raises(UserError, match="action_mask=False: this run's env gives action masks"):
+        export_policy(runs("pick"), out, action_mask=False)
     assert not out.exists()
+    # an env without masks: a mask added by hand to a MultiDiscrete policy
+    export_policy(runs("match"), out, action_mask=True)
+    assert ports_of(out)["action_mask"] == ("tensor(bool)", ["batch", 7])
 
 
 def test_a_bfloat16_run_is_exported_in_float32(runs, tmp_path):
@@ -525,14 +828,18 @@ def test_a_bfloat16_run_is_exported_in_float32(runs, tmp_path):
     np.testing.assert_array_equal(got, reference_actions(policy, data)[0])
 
 
-@pytest.mark.parametrize(("name", "file"), [("cartpole", "policy"), ("minigrid", "doorkey")])
+@pytest.mark.parametrize(
+    ("name", "file"), [("cartpole", "policy"), ("minigrid", "doorkey"), ("taxi", "taxi")]
+)
 def test_the_documented_numpy_example_runs_without_pytorch(name, file, runs, tmp_path):
-    """docs/export.md's examples, as written, beside an exported CartPole policy and a
-    MiniGrid one (a Dict observation): the inputs it prints are those its comment shows."""
+    """docs/export.md's examples, as written, beside an exported CartPole policy, a MiniGrid
+    one (a Dict observation) and a Taxi one (its info mask, through the runner copied beside
+    it): the inputs it prints are those its comment shows."""
     text = (ROOT / "docs" / "export.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    example = next(b for b in blocks if "import onnxruntime" in b and f'"{file}.onnx"' in b)
+    example = next(b for b in blocks if "import torch" not in b and f'"{file}.onnx"' in b)
     export_policy(runs(name), tmp_path / f"{file}.onnx")
+    shutil.copy(RUNNER, tmp_path / "onnx_policy.py")
     blocker = NO_TORCH.split("import numpy")[0]
     r = subprocess.run(
         [sys.executable, "-c", blocker + example],

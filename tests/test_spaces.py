@@ -327,7 +327,8 @@ def test_minigrid_trains_from_its_image_and_direction_with_the_mission_left_out(
     args = ["train", "--env", env, "--obs-keys", "image", "direction", "--run-dir", str(run_dir)]
     assert main([*args, "--eval-every", "0", *quick]) == 0
     policy = asyncrl.load(run_dir)
-    assert policy.spec.encoder == "minatar"  # the 7x7 view through MinAtar's small conv net
+    # the minigrid preset: the view's object indices read as a vector, normalised
+    assert policy.spec.encoder == "mlp" and policy.spec.obs_clip > 0
     obs, _ = gym.make(env).reset(seed=0)
     assert policy.act(obs) in range(7)  # the mission text in the dict is ignored
     # its mission space names a function, which a checkpoint's env state may not: the

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import threading
+import time
 import types
 import typing
 from collections.abc import Iterator
@@ -329,13 +330,17 @@ def _train(ns: argparse.Namespace) -> int:
                     f"--{flag}: a resumed run keeps its settings (config.json in the --resume "
                     f"directory; options given with --resume override them): drop --{flag}"
                 )
-        s = train(resume=ns.resume, **cli)
+        s = train(resume=ns.resume, started=ns.started, **cli)
     else:
         cfg, info = resolve(ns)
         with _cluster_while_importing(cfg):
             from asyncrl.trainer import train
 
-            s = train(cfg, info=info)
+            s = train(cfg, info=info, started=ns.started)
+    # the kept model's score on new episodes first: the figures below were selected on
+    kept = _kept_model_line(s)
+    if kept:
+        print(kept)
     if s["solved"]:
         # the score that met the rule: a confirming evaluation's mean, or the training
         # episodes' (--stop-on train, or no evaluation to confirm with); unknown from a
@@ -344,10 +349,10 @@ def _train(ns: argparse.Namespace) -> int:
         what = "evaluation mean" if by_eval else "mean return"
         score = "-" if s["solve_return"] is None else f"{s['solve_return']:.1f}"
         # (Supervisor.evaluated keeps the solving evaluation as the best model)
-        kept = "; best_model.pt holds those parameters" if by_eval else ""
+        held = "; best_model.pt holds those parameters" if by_eval else ""
         print(
             f"solved: {what} {score} >= {s['target_return']:g} after {s['solve_steps']:,} "
-            f"steps, {s['solve_seconds']:.1f} s{kept}"
+            f"steps, {s['solve_seconds']:.1f} s (the stop rule's, selected for passing){held}"
         )
     else:
         ret = "-" if s["rolling_return"] is None else f"{s['rolling_return']:.1f}"
@@ -358,6 +363,22 @@ def _train(ns: argparse.Namespace) -> int:
         f"({s['steps_per_second']:,.0f} steps/s); run directory: {s['run_dir']}"
     )
     return 0
+
+
+def _kept_model_line(s: dict[str, Any]) -> str | None:
+    """The kept model's re-scoring (summary.json's kept_model_*), in a line; None where the
+    run re-scored nothing (--rescore-episodes 0, a fault or a signal before it)."""
+    if s.get("kept_model") is None:
+        return None
+    n, planned = s["kept_model_episodes"], s["kept_model_planned_episodes"]
+    if not n:
+        return f"kept model ({s['kept_model']}): no new episode ended before the time limit"
+    short = " (the time limit cut the re-scoring short)" if s["kept_model_cut_short"] else ""
+    of = f"{n} of {planned}" if n < planned else f"{n}"
+    return (
+        f"kept model ({s['kept_model']}): mean return {s['kept_model_return']:.1f} +/- "
+        f"{s['kept_model_std']:.1f} over {of} new episodes{short}"
+    )
 
 
 @contextlib.contextmanager
@@ -507,7 +528,9 @@ def _presets(ns: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()  # --time-limit counts from here: the command's whole time
     ns = build_parser().parse_args(argv)
+    ns.started = started
     handler = {
         "train": _train,
         "eval": _eval,

@@ -454,6 +454,7 @@ APPLIES: list[tuple[str, Rule]] = [
         lambda c, k: c.vtrace,
         "truncates V-trace's importance weights: add --vtrace, or drop --c-bar",
     ),
+    *(_when(n, lambda c, k: not c.encoder, f) for n, f in ModelSettings.BUILT_IN_ONLY),
     _when(
         "obs_clip",
         lambda c, k: c.normalize_obs,

@@ -35,7 +35,14 @@ import numpy as np
 from asyncrl import atari
 from asyncrl.actionmask import ActionMasks, check_probed_mask, mask_source
 from asyncrl.errors import UserError
-from asyncrl.spaces import ObsLayout, PackObservation, PackWrapper, obs_layout
+from asyncrl.spaces import (
+    ObsLayout,
+    PackObservation,
+    PackWrapper,
+    encoder_space,
+    obs_layout,
+    space_to_json,
+)
 
 #: each action kind as Gymnasium names its space (for messages)
 ACTION_SPACE_NAMES = {
@@ -192,6 +199,10 @@ class EnvInfo:
     #: a structured observation's leaves, packed into rows of ``obs_shape`` (``(size,)``) and
     #: ``obs_dtype``; None: a Box, stored as it is
     obs_layout: ObsLayout | None = None
+    #: the observation space (--obs-keys kept, no action_mask key) as JSON
+    #: (:func:`asyncrl.spaces.space_to_json`): what an encoder of the user's own is built on;
+    #: "": not recorded (an EnvInfo made by hand)
+    obs_space: str = ""
 
     @property
     def obs_dim(self) -> int:
@@ -308,21 +319,25 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         ) from None
 
 
-def parse_env_kwargs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+def parse_env_kwargs(
+    pairs: tuple[str, ...] | list[str], flag: str = "--env-kwargs"
+) -> dict[str, Any]:
     """``("continuous=true", "g=9.8")`` -> ``{"continuous": True, "g": 9.8}``: values are JSON
-    or Python literals (true/false/none in either case), else strings."""
+    or Python literals (true/false/none in either case), else strings. ``flag``: the option
+    a malformed pair is refused under (``--encoder-kwargs`` reads its pairs so too)."""
     import ast
     import json
 
     if isinstance(pairs, str):  # env_kwargs="k=v" would be read letter by letter
+        name = flag.removeprefix("--").replace("-", "_")
         raise UserError(
-            f"env_kwargs: a tuple of KEY=VALUE strings, got the string {pairs!r}: give ({pairs!r},)"
+            f"{name}: a tuple of KEY=VALUE strings, got the string {pairs!r}: give ({pairs!r},)"
         )
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key.isidentifier():
-            raise UserError(f"--env-kwargs: give KEY=VALUE pairs, got {pair!r}")
+            raise UserError(f"{flag}: give KEY=VALUE pairs, got {pair!r}")
         lowered = {"true": "True", "false": "False", "none": "None", "null": "None"}
         text = lowered.get(text.lower(), text)
         try:
@@ -449,6 +464,8 @@ def probe_env(
         env_kwargs=tuple(sorted((kwargs or {}).items())),
         obs_keys=tuple(obs_keys),
         obs_layout=layout,
+        # (every space obs_layout takes has a JSON form)
+        obs_space=space_to_json(encoder_space(obs_space, obs_keys)),
     )
 
 

@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from statistics import NormalDist
 from typing import Any
 
@@ -30,17 +29,34 @@ import torch
 
 from asyncrl.messages import GlobalSnapshot
 from asyncrl.models import ModelSpec, build_model, flatten_parameters
-from asyncrl.policy import Policy, Stopped, play_episodes
+from asyncrl.policy import OutOfTime, Policy, Stopped, play_episodes
 
 #: a tag mixed into the evaluation envs' seeds, so they never share a stream with a worker's
 _EVAL_STREAM = 0xE7A1
+#: and the re-scoring's (held_out_seeds)
+HELD_OUT_STREAM = 0x5C0E
+#: The reset seeds are 32-bit, and their top bit says who plays them: clear for the evaluations
+#: during training (screens and confirmations, :func:`eval_seeds`), set for the re-scoring of
+#: the kept model after it (:func:`held_out_seeds`). The two sets are disjoint by construction,
+#: not by the odds of two draws colliding: the re-scoring never replays a start the selection
+#: of the model saw. (A natively vectorized env draws a wave's starts from the wave's first
+#: seed, which is in its set's half too.)
+HELD_OUT_BIT = 1 << 31
 
 
 def eval_seeds(seed: int, index: int, episodes: int) -> list[int]:
     """The reset seeds of evaluation ``index`` of a run: new episodes each time (the best
-    model is not picked on a fixed set of starts), the same ones on a rerun of the seed."""
+    model is not picked on a fixed set of starts), the same ones on a rerun of the seed; all
+    under :data:`HELD_OUT_BIT`."""
     ss = np.random.SeedSequence([seed, _EVAL_STREAM, index])
-    return [int(s) for s in ss.generate_state(episodes, np.uint32)]
+    return [int(s) & (HELD_OUT_BIT - 1) for s in ss.generate_state(episodes, np.uint32)]
+
+
+def held_out_seeds(seed: int, episodes: int) -> list[int]:
+    """The reset seeds of the kept model's re-scoring after training: at or over
+    :data:`HELD_OUT_BIT`, so none is an evaluation's, the same ones on a rerun of the seed."""
+    ss = np.random.SeedSequence([seed, HELD_OUT_STREAM])
+    return [int(s) | HELD_OUT_BIT for s in ss.generate_state(episodes, np.uint32)]
 
 
 def confirm_margin(tries: int, first: float, episodes: int = 100) -> float:
@@ -75,6 +91,11 @@ class Evaluation:
     error: str | None = None  # the evaluation failed (the run goes on without it)
     confirmed: bool = False  # the screen reached the target: ``returns`` are the confirmation's
     screen_seconds: float = 0.0  # the screen's own time (what a periodic evaluation costs)
+    # the run's time ran out before the screen (or, ``confirmed``, the confirmation) ended: the
+    # episodes that did are ``returns``, of ``planned``; it counts for nothing (the ones that
+    # ended first are the short ones)
+    cut_short: bool = False
+    planned: int = 0
 
     @property
     def mean(self) -> float:
@@ -116,10 +137,20 @@ class Evaluator:
         deterministic: bool,
         seed: int,
         confirm: tuple[float, int] | None = None,
+        deadline: Callable[[], float | None] = lambda: None,
     ):
         self.spec, self.algo, self.env_id, self.env_kwargs = spec, algo, env_id, env_kwargs
         self.episodes, self.deterministic, self.seed = episodes, deterministic, seed
         self.confirm = confirm
+        #: when the run's time for evaluations ends (a time.perf_counter instant, or None): an
+        #: evaluation still playing then is cut short (read at every step: the plan changes)
+        self.deadline = deadline
+        #: processes to play in (set once training has stopped and its cores are free): the
+        #: evaluation under way plays its remaining episodes on them (asyncrl.parallel)
+        self.processes = 1
+        #: the evaluation under way, for a progress line: its stage ("screen" or
+        #: "confirmation"), episodes ended, episodes planned, and its perf_counter start
+        self.progress: tuple[str, int, int, float] | None = None
         self._requests: queue.Queue[tuple[int, int, float, GlobalSnapshot] | None] = queue.Queue()
         self._results: queue.Queue[Evaluation] = queue.Queue()
         self._pending = 0  # submitted, not yet taken back (only the caller's thread counts)
@@ -152,11 +183,15 @@ class Evaluator:
         self._pending -= len(out)
         return out
 
-    def wait(self, give_up: Callable[[], bool] = lambda: False) -> list[Evaluation]:
+    def wait(
+        self, give_up: Callable[[], bool] = lambda: False, tick: Callable[[], None] = lambda: None
+    ) -> list[Evaluation]:
         """:meth:`results`, once the evaluation under way (if any) has finished, or as soon as
-        ``give_up()`` (a signal meanwhile: the user wants out)."""
+        ``give_up()`` (a signal meanwhile: the user wants out); ``tick()`` every 0.2 s while
+        it waits (a progress line)."""
         out = []
         while self._pending and not give_up():
+            tick()
             try:
                 out.append(self._results.get(timeout=0.2))
             except queue.Empty:
@@ -209,11 +244,12 @@ class Evaluator:
                         flat = flatten_parameters(model)
                         policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
                     load_snapshot(policy.model, flat, snap)
-                    returns, confirmed, screen = self._play(policy, envs_for, index, rng)
+                    returns, confirmed, screen, cut = self._play(policy, envs_for, index, rng, snap)
                     seconds = time.perf_counter() - t0
                     ev = Evaluation(
-                        index, step, wall, tuple(returns), seconds, snap, None, confirmed, screen
-                    )
+                        index, step, wall, tuple(returns), seconds, snap, None, confirmed, screen,
+                        cut is not None, cut or 0,
+                    )  # fmt: skip
                 except Stopped:  # close(): nobody waits for this answer
                     break
                 except Exception as e:  # reported; the run goes on without evaluations
@@ -229,20 +265,74 @@ class Evaluator:
         envs_for: Callable[[int], Any],
         index: int,
         rng: np.random.Generator,
-    ) -> tuple[list[float], bool, float]:
+        snap: GlobalSnapshot,
+    ) -> tuple[list[float], bool, float, int | None]:
         """The screen's returns; where they reach the target, the confirmation's instead (new
         episodes: the screen's were picked for passing, so they would bias the mean up). And
-        whether it was confirmed, and the screen's seconds."""
+        whether it was confirmed, the screen's seconds, and where the deadline cut the screen
+        or the confirmation short, the episodes it planned (None where nothing was cut)."""
         t0 = time.perf_counter()
         n = self.confirm[1] if self.confirm else 0
         seeds = eval_seeds(self.seed, index, self.episodes + n)
-        play = partial(play_episodes, policy, deterministic=self.deterministic, rng=rng)
-        returns = play(envs_for(self.episodes), seeds[: self.episodes], stop=self._stop)
+        returns, cut = self._episodes("screen", policy, envs_for, seeds[: self.episodes], rng, snap)
         screen = time.perf_counter() - t0
+        if cut:
+            return returns, False, screen, self.episodes
         if self.confirm is None or statistics.fmean(returns) < self.confirm[0]:
-            return returns, False, screen
-        more = play(envs_for(n), seeds[self.episodes :], stop=self._stop)
-        return more, True, screen
+            return returns, False, screen, None
+        more, cut = self._episodes(
+            "confirmation", policy, envs_for, seeds[self.episodes :], rng, snap
+        )
+        return more, True, screen, n if cut else None
+
+    def _episodes(
+        self,
+        stage: str,
+        policy: Policy,
+        envs_for: Callable[[int], Any],
+        seeds: list[int],
+        rng: np.random.Generator,
+        snap: GlobalSnapshot,
+    ) -> tuple[list[float], bool]:
+        """The returns of the episodes of ``seeds`` in their order, and False; or, where the
+        deadline came first, those of the episodes that had ended, and True. Wave by wave on
+        this thread, or, once :attr:`processes` is over 1 (training has stopped), the waves
+        left on that many processes."""
+        ended: dict[int, float] = {}
+        start = time.perf_counter()
+        self.progress = (stage, 0, len(seeds), start)
+
+        def record(i: int, ret: float) -> None:
+            ended[i] = ret
+            self.progress = (stage, len(ended), len(seeds), start)
+
+        envs = envs_for(len(seeds))
+        try:
+            for at in range(0, len(seeds), envs.num_envs):
+                on_episode = lambda i, r, at=at: record(at + i, r)  # noqa: E731
+                if self.processes > 1 and len(seeds) - at > 1:
+                    from asyncrl.parallel import SnapshotPolicy, play_parallel
+
+                    source = SnapshotPolicy(
+                        self.spec, self.algo, self.env_id, self.env_kwargs, snap
+                    )
+                    play_parallel(
+                        source, seeds[at:], self.processes, deterministic=self.deterministic,
+                        rng_seed=(self.seed, _EVAL_STREAM, seeds[at]), stop=self._stop,
+                        deadline=self.deadline, on_episode=on_episode,
+                    )  # fmt: skip
+                    break
+                wave = play_episodes(
+                    policy, envs, seeds[at : at + envs.num_envs], self.deterministic, rng,
+                    stop=self._stop, deadline=self.deadline, on_episode=on_episode,
+                )  # fmt: skip
+                for i, ret in enumerate(wave):
+                    ended[at + i] = ret
+        except OutOfTime:
+            return [ended[i] for i in sorted(ended)], True
+        finally:
+            self.progress = None
+        return [ended[i] for i in range(len(seeds))], False
 
 
 @torch.no_grad()

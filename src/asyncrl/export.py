@@ -15,17 +15,20 @@ The interface (docs/export.md), batch axis first everywhere:
 * inputs: ``obs`` (the observation space's dtype), or for a structured observation (a Dict,
   a Tuple, nested too) one input per leaf (:func:`obs_ports`: ``obs.KEY``, ``obs.a.0``,
   ``obs.0``), each in its leaf's dtype and shape, packed inside the module into the row the
-  network learnt from; ``action_mask`` (bool, where the run's env has masks); ``state``
+  network learnt from; ``action_mask`` (bool ``(B, mask_dim)``, where the run's env has
+  masks: Discrete and MultiDiscrete actions, the parts' masks concatenated); ``state``
   ``(B, rows * core_size)`` for a recurrent core (the LSTM's h then c, concatenated; zeros
   start an episode); ``prev_action`` and ``prev_reward`` for a core that takes them
   (``--prev-action-reward``).
-* outputs: ``action``; then ``logits`` (Discrete actor-critic), ``q_values`` (the Q methods) or
-  ``mean`` (the Gaussian's, before clipping or squashing); then ``state_out`` for a recurrent
-  core.
+* outputs: ``action`` (as the env takes it, :meth:`ActionSpace.to_env`: a Discrete or
+  MultiDiscrete action with its start, in the space's shape; MultiBinary bits as int8);
+  then ``logits`` ``(B, dim)`` (an actor-critic's: Discrete's, MultiDiscrete's parts
+  concatenated, a logit per MultiBinary bit), ``q_values`` (the Q methods) or ``mean`` (the
+  Gaussian's, before clipping or squashing); then ``state_out`` for a recurrent core.
 
-Extension points for the action spaces to come (each a function here, marked EXTENSION):
-:func:`env_has_mask`, :func:`mask_width` and :func:`apply_mask` (the mask of MultiDiscrete /
-MultiBinary actions), :func:`greedy_action` (their greedy action).
+What each action space adds is in a function here: :func:`env_has_mask`, :func:`mask_width`
+and :func:`apply_mask` (the mask), :func:`greedy_action` (the greedy action as the env takes
+it), :func:`no_action` (the previous action at an episode's start).
 """
 
 from __future__ import annotations
@@ -167,46 +170,76 @@ def pack_obs(spec: ModelSpec, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
-# ---------------------------------------------------------------- action masks (EXTENSION)
-def env_has_mask(spec: ModelSpec) -> bool:
-    """Whether the run's env gives action masks, so that the module takes ``action_mask``.
+# ---------------------------------------------------------------- actions and their masks
+#: the action kinds an env may mask (asyncrl.actionmask.check_probed_mask): one mask entry per
+#: logit of a categorical
+MASKABLE = ("discrete", "multi_discrete")
 
-    EXTENSION (action masks): the spec's record of the env's masks, once the model spec keeps
-    one; until then no run has masks (:func:`export_policy`'s ``action_mask`` adds the input
-    to any Discrete policy)."""
-    return bool(getattr(spec, "action_mask", False))
+
+def env_has_mask(spec: ModelSpec) -> bool:
+    """Whether the run's env gives action masks (:attr:`ActionSpace.masked`, found when the
+    run probed its env), so that the module takes ``action_mask``."""
+    return spec.action.masked
 
 
 def mask_width(spec: ModelSpec) -> int:
-    """Entries of one row of ``action_mask``.
-
-    EXTENSION (MultiDiscrete / MultiBinary): the parts' masks concatenated (the sum of the
-    parts' sizes), as the env gives them."""
-    if spec.action.kind != "discrete":
+    """Entries of one row of ``action_mask``: one per logit, Discrete's ``n`` or the sum of a
+    MultiDiscrete space's parts (each part's after the parts before it), as the env gives
+    them (``info["action_mask"]``, :mod:`asyncrl.actionmask`). Refused for the other kinds,
+    which no env masks."""
+    a = spec.action
+    if a.kind not in MASKABLE:
         raise UserError(
-            f"an action mask is for Discrete actions; this policy's are {spec.action.describe()}"
+            f"an action mask is for Discrete and MultiDiscrete actions; this policy's are "
+            f"{a.describe()}: export it without action_mask"
         )
-    return spec.action.n
+    return a.dim
 
 
 def apply_mask(spec: ModelSpec, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``scores`` ``(B, n)`` (logits or Q values) with the masked actions' set to
+    """``scores`` ``(B, dim)`` (logits or Q values) with the masked actions' set to
     :data:`MASKED_SCORE`: probability 0 in a softmax, never the argmax while a valid action is
-    left. A row with no valid action gives action 0 (an env fault the module cannot report).
-
-    EXTENSION (MultiDiscrete / MultiBinary): the mask per part, as the distribution splits the
-    head's output."""
+    left. MultiDiscrete's mask is its parts' concatenated as its logits are, so one
+    elementwise ``where`` masks each part's actions (as ``MultiCategorical`` splits both). A
+    row (a part) with no valid action gives its first action (an env fault the module cannot
+    report; the runner refuses such a row)."""
     return torch.where(mask, scores, torch.full_like(scores, MASKED_SCORE))
 
 
 def greedy_action(spec: ModelSpec, scores: torch.Tensor) -> torch.Tensor:
-    """The greedy Discrete action ``(B,)`` (int64) of logits or Q values ``(B, n)``: the first
-    of equal maxima, as ``torch.argmax`` and ONNX's ArgMax both take it.
+    """The greedy action of logits or Q values ``scores`` ``(B, dim)``, as ``Policy.act``
+    gives it (the distribution's mode, then :meth:`ActionSpace.to_env`): Discrete's argmax
+    ``(B,)`` (int64); MultiDiscrete's argmax per part, in the space's shape ``(B, *shape)``
+    (int64); both with the space's ``start`` added. Of equal maxima the first, as
+    ``torch.argmax`` and ONNX's ArgMax both take it. MultiBinary: each bit 1 where its logit
+    is above 0 (the Bernoulli's mode), as int8 in the space's shape."""
+    a = spec.action
+    if a.kind == "discrete":
+        action = scores.argmax(-1)
+        return action + a.start[0] if a.start else action
+    if a.kind == "multi_discrete":
+        parts = scores.split(list(a.nvec), dim=-1)
+        action = torch.stack([p.argmax(-1) for p in parts], dim=-1)
+        if a.start:
+            action = action + torch.tensor(a.start, dtype=torch.int64)
+        return action.reshape(-1, *a.shape)
+    if a.kind == "multi_binary":
+        return (scores > 0).to(torch.int8).reshape(-1, *a.shape)
+    raise ValueError(f"{a.describe()} actions have no greedy action of logits")
 
-    EXTENSION (MultiDiscrete / MultiBinary, a Discrete ``start``): the argmax per part
-    ``(B, parts)``; a Bernoulli's mode per bit; the action shifted as ``ActionSpace.to_env``
-    shifts it."""
-    return scores.argmax(-1)
+
+def no_action(spec: ModelSpec) -> np.ndarray:
+    """The ``prev_action`` that says "no action yet" (an episode's first step) for one env, in
+    the action's shape as the env takes it: one below the space's start (each part's, for
+    MultiDiscrete), whose one-hot is all zeros as training's context is there (-1 for a space
+    from 0); zeros for MultiBinary and Box actions, which the context takes as they are."""
+    a = spec.action
+    if a.kind == "discrete":
+        return np.asarray((a.start[0] if a.start else 0) - 1, np.int64)
+    if a.kind == "multi_discrete":
+        start = np.asarray(a.start or (0,) * len(a.nvec), np.int64)
+        return (start - 1).reshape(a.shape)
+    return np.zeros(a.shape, np.int8 if a.kind == "multi_binary" else np.float32)
 
 
 # ---------------------------------------------------------------- the interface
@@ -230,27 +263,44 @@ def interface(spec: ModelSpec, mask: bool) -> tuple[list[Port], list[Port]]:
             )
         )
     if spec.prev_action_reward:
+        none = no_action(spec)
         if a.kind == "discrete":
-            inputs.append(
-                Port("prev_action", ("batch",), "int64", "the last action; -1 at an episode start")
-            )
+            start = f"{int(none)}"
+        elif a.kind == "multi_discrete":
+            start = f"{none.reshape(-1).tolist()} (one below each part's start)"
         else:
-            inputs.append(
-                Port(
-                    "prev_action",
-                    ("batch", *a.shape),
-                    "float32",
-                    "the last action as the env took it; zeros at an episode start",
-                )
+            start = "zeros"
+        inputs.append(
+            Port(
+                "prev_action",
+                ("batch", *none.shape),
+                none.dtype.name,
+                f"the last action as the env took it; {start} at an episode start",
             )
+        )
         inputs.append(
             Port("prev_reward", ("batch",), "float32", "the env's last reward; 0 at a start")
         )
-    if a.kind == "discrete":
-        outputs = [Port("action", ("batch",), "int64", "the greedy action")]
+    if a.kind != "box":
+        shift = " with the space's start" if a.start else ""
+        action = {
+            "discrete": Port("action", ("batch",), "int64", f"the greedy action{shift}"),
+            "multi_discrete": Port(
+                "action",
+                ("batch", *a.shape),
+                "int64",
+                f"each part's greedy action{shift}, in the space's shape",
+            ),
+            "multi_binary": Port(
+                "action", ("batch", *a.shape), "int8", "each bit 1 where its logit is above 0"
+            ),
+        }[a.kind]
         name = "q_values" if spec.kind == "q" else "logits"
         masked = f"; a masked action's {MASKED_SCORE:g}" if mask else ""
-        outputs.append(Port(name, ("batch", a.n), "float32", name.replace("_", " ") + masked))
+        outputs = [
+            action,
+            Port(name, ("batch", a.dim), "float32", name.replace("_", " ") + masked),
+        ]
     else:
         how = "squashed into the bounds by tanh" if a.squash else "clipped to the bounds"
         outputs = [
@@ -282,7 +332,8 @@ class ExportedPolicy(nn.Module):
 
     low: torch.Tensor  # Box actions' bounds, shaped as the action
     high: torch.Tensor
-    actions: torch.Tensor  # 0..n-1: a Discrete previous action's one-hot
+    actions: torch.Tensor  # each logit's action as the env takes it: the previous one's one-hot
+    part_of: torch.Tensor  # each logit's part (MultiDiscrete)
 
     def __init__(self, model: ActorCritic | QNetwork, spec: ModelSpec, mask: bool):
         super().__init__()
@@ -297,8 +348,15 @@ class ExportedPolicy(nn.Module):
             shape = a.shape
             self.register_buffer("low", torch.tensor(a.low, dtype=torch.float32).reshape(shape))
             self.register_buffer("high", torch.tensor(a.high, dtype=torch.float32).reshape(shape))
-        if spec.prev_action_reward and a.kind == "discrete":
-            self.register_buffer("actions", torch.arange(a.n))
+        if spec.prev_action_reward and a.kind in MASKABLE:
+            # write_context's one-hot (per part) of the action less its start: here the
+            # action as taken is compared with each logit's, start included, so that a
+            # prev_action below the start (no_action) one-hots to zeros
+            start = np.asarray(a.start or (0,) * len(a.parts), np.int64)
+            part = np.repeat(np.arange(len(a.parts)), a.parts)
+            index = np.concatenate([np.arange(k) for k in a.parts]) + start[part]
+            self.register_buffer("actions", torch.from_numpy(index))
+            self.register_buffer("part_of", torch.from_numpy(part))
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         spec = self.spec
@@ -315,7 +373,7 @@ class ExportedPolicy(nn.Module):
             first = torch.zeros(0, dtype=torch.bool)
         context = self._context(rest[0], rest[1]) if spec.prev_action_reward else None
         out, state = self.model.act(obs, state, first, context)
-        if spec.action.kind == "discrete":
+        if spec.action.kind != "box":
             scores = out if mask is None else apply_mask(spec, out, mask)
             result: tuple[torch.Tensor, ...] = (greedy_action(spec, scores), scores)
         else:
@@ -334,12 +392,15 @@ class ExportedPolicy(nn.Module):
         return torch.minimum(torch.maximum(mean, low), high)
 
     def _context(self, prev_action: torch.Tensor, prev_reward: torch.Tensor) -> torch.Tensor:
-        """:func:`~asyncrl.models.write_context` in the graph: the last action one-hot (-1:
-        none, all zeros) or as taken, then the learning reward (clipped and scaled as
-        training's)."""
+        """:func:`~asyncrl.models.write_context` in the graph: the last action one-hot (per
+        part for MultiDiscrete; :func:`no_action`: none, all zeros) or as taken (MultiBinary's
+        bits, Box's), then the learning reward (clipped and scaled as training's)."""
         spec = self.spec
         if spec.action.kind == "discrete":
             a = (prev_action.unsqueeze(-1) == self.actions).float()
+        elif spec.action.kind == "multi_discrete":
+            taken = prev_action.reshape(prev_action.shape[0], -1)[:, self.part_of]
+            a = (taken == self.actions).float()
         else:
             a = prev_action.reshape(prev_action.shape[0], -1).float()
         r = prev_reward.float()
@@ -372,9 +433,19 @@ def dummy_inputs(
             x = rng.integers(0, 2, shape)
         elif port.name == "action_mask":
             x = rng.random(shape) < 0.7
-            x[np.arange(batch), rng.integers(0, shape[1], batch)] = True
-        elif port.name == "prev_action" and dtype.kind == "i":
-            x = rng.integers(-1, spec.action.n, shape)
+            offset = 0
+            for k in spec.action.parts:  # a valid action in each part
+                x[np.arange(batch), offset + rng.integers(0, k, batch)] = True
+                offset += k
+        elif port.name == "prev_action" and spec.action.kind in MASKABLE:
+            # the actions as taken, and no_action's (one below the start) in some rows
+            low = no_action(spec)
+            high = low + 1 + np.asarray(spec.action.parts).reshape(low.shape)
+            x = rng.integers(low, high, shape)
+        elif port.name == "prev_action" and dtype == np.int8:  # MultiBinary bits
+            x = rng.integers(0, 2, shape)
+        elif port.name == "obs" and spec.encoder_class:
+            x = _space_samples(spec, batch, rng)
         elif dtype == np.uint8:
             x = rng.integers(0, 256, shape)
         elif dtype.kind == "b":
@@ -385,6 +456,21 @@ def dummy_inputs(
             x = rng.standard_normal(shape)
         out.append(np.asarray(x, dtype))
     return out
+
+
+def _space_samples(spec: ModelSpec, batch: int, rng: np.random.Generator) -> np.ndarray:
+    """``batch`` observations drawn from the space an encoder of the user's own is built on,
+    as the network takes them (packed, for a Dict or Tuple): values off the space (a Discrete
+    index past n) could fail in its forward where the env's never would."""
+    from asyncrl.spaces import space_from_json
+
+    space = space_from_json(spec.obs_space)
+    space.seed(int(rng.integers(2**31)))
+    layout = spec.obs_layout
+    rows = [
+        layout.pack(o) if layout else np.asarray(o) for o in (space.sample() for _ in range(batch))
+    ]
+    return np.stack(rows).astype(spec.obs_dtype)
 
 
 def _check(
@@ -448,8 +534,10 @@ def export_policy(
     best where the run has one, as :func:`asyncrl.load`) to ``out`` as an ONNX or TorchScript
     module of the interface docs/export.md describes. ``out`` is written
     atomically once the module has been checked against the policy on a random batch; an
-    existing file is replaced only with ``force``. ``action_mask``: add the ``action_mask``
-    input (Discrete actions; default: where the run's env has masks)."""
+    existing file is replaced only with ``force``. ``action_mask``: the module takes an
+    ``action_mask`` input where the run's env gives masks (None, the default, or True);
+    True adds it to the policy of an env without them too (Discrete and MultiDiscrete
+    actions), and False is refused for a run whose env has masks: its policy acts on them."""
     if format not in FORMATS:
         raise UserError(f"--format: choose onnx or torchscript, got {format!r}")
     path = check_out(out, force)
@@ -457,7 +545,12 @@ def export_policy(
         require_onnx()
     policy = load(run_dir, which)
     spec = dataclasses.replace(policy.spec, precision="float32")  # the float32 maths
-    mask = env_has_mask(spec) if action_mask is None else action_mask
+    if action_mask is False and env_has_mask(spec):
+        raise UserError(
+            "action_mask=False: this run's env gives action masks, and its exported policy "
+            "takes them; leave action_mask out (an all-True mask makes every action valid)"
+        )
+    mask = env_has_mask(spec) or bool(action_mask)
     if mask:
         mask_width(spec)  # refuses a mask for Box actions
     model = build_model(spec)
@@ -471,13 +564,26 @@ def export_policy(
     with torch.no_grad():
         want = module(*(torch.from_numpy(x) for x in check))
     meta = json.dumps(_metadata(policy, spec, mask, format, inputs, outputs))
-    if format == "onnx":
-        data = _onnx_bytes(module, example, inputs, outputs, meta)
-        got = _run_onnx(data, inputs, check)
-    else:
-        data = _torchscript_bytes(module, example, meta)
-        got = _run_torchscript(data, check)
-    _check(format, got, want, outputs)
+    try:
+        if format == "onnx":
+            data = _onnx_bytes(module, example, inputs, outputs, meta)
+            got = _run_onnx(data, inputs, check)
+        else:
+            data = _torchscript_bytes(module, example, meta)
+            got = _run_torchscript(data, check)
+        _check(format, got, want, outputs)
+    except Exception as e:
+        if not spec.encoder_class:
+            raise
+        # an encoder of the user's own is traced as it is written: one that tracing cannot
+        # follow (Python control flow on its values, a NumPy round trip) is the user's to fix
+        first = next(iter(str(e).splitlines()), "")
+        raise UserError(
+            f"--format {format}: the encoder {spec.encoder_class} does not export "
+            f"({type(e).__name__}: {first}); tracing records one pass of tensor operations, so "
+            "its forward may not branch on values or leave torch "
+            "(docs/spaces.md#your-own-encoder)"
+        ) from None
     write_atomically(path, lambda f: f.write(data))
     return Exported(path, format, inputs, outputs, describe(policy))
 
@@ -504,6 +610,9 @@ def _metadata(
             "low": list(a.low),
             "high": list(a.high),
             "squash": a.squash,
+            "nvec": list(a.nvec),
+            "start": list(a.start),
+            "masked": a.masked,
         },
         # a structured observation's leaves: the input of each and its key path in the
         # observation (Dict keys, Tuple indices), so that a runner finds the leaves of a

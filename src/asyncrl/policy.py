@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -264,13 +264,27 @@ class Stopped(Exception):
     """:func:`play_episodes` was told to stop before its episodes ended."""
 
 
+class OutOfTime(Stopped):
+    """:func:`play_episodes` reached its deadline before its episodes ended: those that did
+    were handed to its ``on_episode`` as they ended."""
+
+
+class StopFlag(Protocol):
+    """What tells :func:`play_episodes` to stop (a :class:`threading.Event`, or any object
+    with ``is_set``)."""
+
+    def is_set(self) -> bool: ...
+
+
 def play_episodes(
     policy: Policy,
     envs: Any,
     seeds: list[int],
     deterministic: bool = True,
     rng: np.random.Generator | None = None,
-    stop: threading.Event | None = None,
+    stop: StopFlag | None = None,
+    deadline: float | Callable[[], float | None] | None = None,
+    on_episode: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Returns of ``len(seeds)`` whole episodes played in waves on the vector env ``envs``
     (:func:`asyncrl.envs.make_eval_vec_env`), one batched forward pass a step for the wave;
@@ -279,8 +293,12 @@ def play_episodes(
     their episode are stepped, and acted for: a Pong wave lasts as long as its longest game,
     up to 108,000 frames where a greedy policy stalls. A natively vectorized env steps all of
     them, and an ended episode is ignored until the wave ends. The same call gives the same
-    returns. Raises :class:`Stopped` at the first step after ``stop`` is set. A bfloat16 conv
-    net acts on its weights converted once for the call (:meth:`Network.fixed_weights`), as a
+    returns. Raises :class:`Stopped` at the first step after ``stop`` is set, and
+    :class:`OutOfTime` at the first step at or after ``deadline`` (a
+    :func:`time.perf_counter` instant, or a function that tells it at each step: None for
+    none). ``on_episode(i, ret)`` is called as episode ``i`` (of ``seeds``) ends: a caller
+    that is stopped or runs out of time keeps the episodes that ended. A bfloat16 conv net
+    acts on its weights converted once for the call (:meth:`Network.fixed_weights`), as a
     worker's rollout does."""
     import gymnasium as gym
 
@@ -288,6 +306,7 @@ def play_episodes(
 
     n = envs.num_envs
     separate = isinstance(envs, gym.vector.SyncVectorEnv)
+    until = deadline if callable(deadline) else lambda: deadline
     returns: list[float] = []
     # an env with action masks (each env's in its info: asyncrl.actionmask): the policy
     # chooses among the valid actions, as in training
@@ -312,6 +331,9 @@ def play_episodes(
             while live.any():
                 if stop is not None and stop.is_set():
                     raise Stopped
+                if (t := until()) is not None and time.perf_counter() >= t:
+                    raise OutOfTime
+                was = live.copy()
                 if separate:
                     rows = np.flatnonzero(live)
                     actions = policy.act_rows(
@@ -333,6 +355,9 @@ def play_episodes(
                     totals += np.where(live, rewards, 0.0)
                     live &= ~(term | trunc)
                     masks = masks_of(info, term | trunc)
+                if on_episode is not None:
+                    for i in np.flatnonzero(was & ~live):
+                        on_episode(start + int(i), float(totals[i]))
             returns.extend(totals[: len(wave)].tolist())
     return returns
 
@@ -370,6 +395,8 @@ def load(run_dir: str | Path, which: Which | None = None) -> Policy:
             spec = dataclasses.replace(spec, precision="float32")
         model = build_model(spec)
         model.load_state_dict(blob["state_dict"])
+    except UserError:  # an encoder of the user's own that does not import here: its own line
+        raise
     except Exception as e:  # one line: torch.load's messages run to several
         first = next(iter(str(e).splitlines()), "")
         raise UserError(f"{path} cannot be read ({type(e).__name__}: {first})") from None

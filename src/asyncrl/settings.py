@@ -236,6 +236,12 @@ class EvalSettings:
 
     A policy exactly at the target passes a plain-mean confirmation half the time, so a run
     that tries again and again would stop on a lucky one (docs/evaluation.md)."""
+    rescore_episodes: int = 100
+    """new episodes the kept model plays after training, for summary.json (0: none)
+
+    The best evaluation and the stop rule's confirmation were selected for being high; these
+    episodes, on starts no evaluation saw, were not: kept_model_return is their mean. Inside
+    --time-limit, which training leaves them time for (docs/evaluation.md)."""
     eval_stochastic: bool = False
     """A3C, APPO: evaluate the sampled policy instead of its mode (the greedy action)"""
 
@@ -260,6 +266,11 @@ class EvalSettings:
             self.confirm_stderr >= 0,
             "confirm-stderr",
             f"must be >= 0 (0: the mean alone), got {self.confirm_stderr}",
+        )
+        need(
+            self.rescore_episodes >= 0,
+            "rescore-episodes",
+            f"must be >= 0 (0: no re-scoring), got {self.rescore_episodes}",
         )
 
 
@@ -352,10 +363,41 @@ class OptimSettings:
 class ModelSettings:
     """The network: encoder, core, heads and the observation normaliser (asyncrl.models)."""
 
+    # (no annotation: a class attribute, not an option) the options of asyncrl's own encoders,
+    # which an encoder of the user's own (--encoder) replaces, and the fix for each:
+    # asyncrl.config's table refuses them beside --encoder
+    BUILT_IN_ONLY = (
+        ("net", "names asyncrl's own encoder, which --encoder replaces: drop --net or --encoder"),
+        ("hidden", "sizes asyncrl's MLP encoder, which --encoder replaces: drop --hidden"),
+        (
+            "normalize_obs",
+            "normalises the input of asyncrl's own encoders; --encoder's gets the observations "
+            "as the env gives them: drop --normalize-obs (normalise inside your encoder)",
+        ),
+        (
+            "precision",
+            "sets the arithmetic of asyncrl's conv encoders; --encoder's runs as it is "
+            "written: drop --precision",
+        ),
+    )
+
     net: Literal["auto", "mlp", "a3c", "nature", "minatar"] = "auto"
     """encoder: mlp, or for images the A3C paper's conv net, the Nature DQN's or MinAtar's
 
     auto picks from the observation space (docs/architecture.md)."""
+    encoder: str | None = None
+    """your own encoder in place of --net's: package.module:Class (docs/spaces.md)
+
+    An nn.Module built as Class(observation_space, **encoder_kwargs), with an int attribute
+    features_dim; forward(obs) takes the observations as the env gives them, a leading batch
+    axis on each tensor (a dict of tensors for a Dict space, a tuple for a Tuple), and returns
+    (B, features_dim) float32. The core and the heads follow it; its parameters are shared and
+    learnt as asyncrl's own. It replaces the encoder --net, --hidden, --normalize-obs and
+    --precision configure, so they stay at their defaults. In Python, asyncrl.train takes the
+    class itself (encoder=MyEncoder) and records its import path: every process imports it
+    from there (a class of the script itself, __main__, on the threads backend only)."""
+    encoder_kwargs: tuple[str, ...] = ()
+    """--encoder: KEY=VALUE keyword arguments for its class, values as literals (e.g. width=64)"""
     hidden: tuple[int, ...] | None = None
     """hidden layer sizes of the MLP (default: 64 64 for A3C and APPO, 128 128 for the Q methods)"""
     shared_trunk: bool | None = None
@@ -396,6 +438,20 @@ class ModelSettings:
             f"must be >= 1, got {self.lstm_size}",
         )
         need(self.obs_clip > 0, "obs-clip", f"must be > 0, got {self.obs_clip}")
+        # (a class given in Python, asyncrl.preset(encoder=MyEncoder), becomes its import path
+        # in asyncrl.train, which tries it: asyncrl.models.user)
+        if self.encoder is not None and not isinstance(self.encoder, type):
+            module, sep, qual = str(self.encoder).partition(":")
+            need(
+                isinstance(self.encoder, str) and bool(sep and module and qual),
+                "encoder",
+                f"give package.module:Class, got {self.encoder!r}",
+            )
+        if self.encoder_kwargs:
+            from asyncrl.envs import parse_env_kwargs
+
+            need(self.encoder is not None, "encoder-kwargs", "add --encoder, or drop them")
+            parse_env_kwargs(self.encoder_kwargs, "--encoder-kwargs")
 
 
 @dataclass

@@ -44,6 +44,7 @@ Imports no PyTorch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -421,6 +422,96 @@ def _refusal(space: gym.Space, path: tuple[str | int, ...], sub: gym.Space, env_
         top = f"leave {path[0]!r} out" if len(path) > 1 else "leave it out"
         wrap = f"{top} with --obs-keys {' '.join(readable)}, or {wrap}"
     return f"--env: {env_id}'s observation key {_name(path)!r} is {what}: {wrap}"
+
+
+def encoder_space(space: gym.Space, obs_keys: Sequence[str] = ()) -> gym.Space:
+    """The observation space an encoder of the user's own (``--encoder``) is built on: the
+    env's, with only the top-level keys ``obs_keys`` of a Dict kept (all by default) and every
+    ``action_mask`` key left out, as :func:`obs_layout` reads it (the leaves' order is the
+    layout's)."""
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict(
+            [
+                (k, encoder_space(sub))
+                for k, sub in space.spaces.items()
+                if k != ACTION_MASK_KEY and (not obs_keys or k in obs_keys)
+            ]
+        )
+    if isinstance(space, gym.spaces.Tuple):
+        return gym.spaces.Tuple([encoder_space(sub) for sub in space.spaces])
+    return space
+
+
+def space_to_json(space: gym.Space) -> str:
+    """``space`` (a Box, Discrete, MultiDiscrete, MultiBinary, or a Dict or Tuple of them) as
+    JSON text that :func:`space_from_json` rebuilds it from, exactly: how a model's spec
+    records the space an encoder of the user's own is built on. A Box's bounds are one number
+    where they are all equal (an image's 0 and 255), else the whole array. ValueError for
+    another space."""
+    return json.dumps(_space_dict(space))
+
+
+def _bound(values: np.ndarray) -> Any:
+    flat = np.asarray(values).ravel()
+    if flat.size and bool(np.all(flat == flat[0])):
+        # (a bool Box's bound as 0 or 1: Box takes no Python bool for one)
+        return int(flat[0]) if flat.dtype == np.bool_ else flat[0].item()
+    return np.asarray(values).tolist()
+
+
+def _space_dict(space: gym.Space) -> dict[str, Any]:
+    if isinstance(space, gym.spaces.Box):
+        return {
+            "type": "Box",
+            "low": _bound(space.low),
+            "high": _bound(space.high),
+            "shape": list(space.shape),
+            "dtype": np.dtype(space.dtype).name,
+        }
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": np.asarray(space.nvec).tolist(),
+            "start": np.asarray(space.start).tolist(),
+            "dtype": np.dtype(space.dtype).name,
+        }
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    if isinstance(space, gym.spaces.Dict):
+        return {"type": "Dict", "spaces": [[k, _space_dict(s)] for k, s in space.spaces.items()]}
+    if isinstance(space, gym.spaces.Tuple):
+        return {"type": "Tuple", "spaces": [_space_dict(s) for s in space.spaces]}
+    raise ValueError(f"a {type(space).__name__} space has no JSON form here")
+
+
+def space_from_json(text: str) -> gym.Space:
+    """The space :func:`space_to_json` wrote."""
+    return _space_of(json.loads(text))
+
+
+def _space_of(d: Mapping[str, Any]) -> gym.Space:
+    kind = d["type"]
+    if kind == "Box":
+        dtype = np.dtype(d["dtype"])
+        low, high = (
+            np.asarray(d[k], dtype) if isinstance(d[k], list) else d[k] for k in ("low", "high")
+        )
+        return gym.spaces.Box(low, high, tuple(d["shape"]), dtype)
+    if kind == "Discrete":
+        return gym.spaces.Discrete(int(d["n"]), start=int(d["start"]))
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(
+            np.asarray(d["nvec"]), np.dtype(d["dtype"]), start=np.asarray(d["start"])
+        )
+    if kind == "MultiBinary":
+        return gym.spaces.MultiBinary(d["n"])
+    if kind == "Dict":
+        return gym.spaces.Dict([(k, _space_of(s)) for k, s in d["spaces"]])
+    if kind == "Tuple":
+        return gym.spaces.Tuple([_space_of(s) for s in d["spaces"]])
+    raise ValueError(f"unknown space type {kind!r}")
 
 
 class PackObservation(gym.ObservationWrapper):

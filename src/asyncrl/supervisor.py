@@ -31,6 +31,7 @@ from asyncrl.monitor import Monitor
 
 if TYPE_CHECKING:
     from asyncrl.evaluation import Evaluation, Evaluator
+    from asyncrl.rescore import TimePlan
 
 
 #: with the default --eval-every, the most of a run's wall time so far that its evaluations'
@@ -76,6 +77,11 @@ class Outcome:
     restarts: int = 0
     workers: dict[int, dict] = field(default_factory=dict)  # each worker's last own state
     glob: GlobalSnapshot | None = None  # the global state to save at the end
+    # the seconds training left before --time-limit for the work after it, where it stopped
+    # on time (asyncrl.rescore.TimePlan)
+    reserved: float | None = None
+    # the evaluations the limit cut short (summary.json's evaluations_cut_short)
+    cut_short: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Run(Protocol):
@@ -162,10 +168,16 @@ class Supervisor:
         restarts: int = 0,
         evaluator: Evaluator | None = None,
         save_best: Callable[[Evaluation], None] | None = None,
+        plan: TimePlan | None = None,
     ):
         self.cfg, self.run_, self.monitor = cfg, run, monitor
         self.write_checkpoint = write_checkpoint
         self.evaluator, self.save_best = evaluator, save_best
+        # the work after training: its expected seconds, and with a time limit, when training
+        # stops so that it fits inside
+        self.plan = plan
+        # the training episodes' steps, count and longest this session (the plan's guess)
+        self.episode_steps = self.episodes_seen = self.longest_episode = 0
         self.last_eval_step = run.global_step()
         # --stop-on eval: the training mean reached the target, an evaluation is wanted; it is
         # asked for again only after a quarter of a window of new episodes (not back to back)
@@ -202,8 +214,28 @@ class Supervisor:
 
     # ------------------------------------------------------------------ ending
     def maybe_end_on_time(self) -> None:
-        limit = self.time_limit
-        if limit is not None and not self.stopping and self.monitor.elapsed() >= limit:
+        if self.stopping:
+            return
+        plan = self.plan
+        if plan is not None and self.episodes_seen:
+            # until an evaluation has measured an episode's seconds, the training episodes
+            # tell them (the stop rule's first evaluation can come too late in a short run)
+            sps = self.monitor.global_step / max(self.monitor.elapsed(), 1e-9)
+            plan.guess(self.episode_steps / self.episodes_seen, self.longest_episode, sps)
+        if plan is None or plan.ends_at is None:
+            limit = self.time_limit
+            if limit is not None and self.monitor.elapsed() >= limit:
+                self.end(Ended.TIME_LIMIT)
+            return
+        # the work after training (its stop, the rest of an evaluation under way, the final
+        # evaluation, the re-scoring) inside the limit: training stops that long before it
+        ev, under_way = self.evaluator, 0
+        if ev is not None and ev.busy and (progress := ev.progress) is not None:
+            under_way = progress[2] - progress[1]
+        reserve = plan.reserve(final_evaluation=ev is not None, under_way=under_way)
+        left = plan.left()
+        if left is not None and left <= reserve:
+            self.outcome.reserved = reserve
             self.end(Ended.TIME_LIMIT)
 
     def maybe_end_on_callback(self) -> None:
@@ -230,6 +262,9 @@ class Supervisor:
             case Episodes(worker=w, episodes=episodes, global_step=step, stats=stats):
                 self.monitor.add_stats(stats)
                 for ep in episodes:
+                    self.episode_steps += ep.length
+                    self.episodes_seen += 1
+                    self.longest_episode = max(self.longest_episode, ep.length)
                     if self.monitor.episode(w, ep, step) and not self.stopping:
                         if self.cfg.stop_on == "train" or self.evaluator is None:
                             if not self.monitor.solved:
@@ -319,6 +354,11 @@ class Supervisor:
             # the default interval also keeps evaluation's share of the run's time small: the
             # screens so far within EVAL_SHARE of the run's time so far
             due = self.monitor.screen_seconds <= EVAL_SHARE * self.monitor.elapsed()
+        left = None if self.plan is None else self.plan.left()
+        if due and self.plan is not None and left is not None:
+            # none that would still be playing when training stops for the time limit: the
+            # final evaluation, of later parameters, takes its place
+            due = left - self.plan.reserve(final_evaluation=True) >= self.plan.screen()
         wanted = self.eval_wanted and (
             self.monitor.episodes - self.eval_asked_at >= max(1, self.cfg.window // 4)
         )
@@ -348,6 +388,28 @@ class Supervisor:
             )
             self.evaluator = None
             return
+        if result.cut_short:
+            # the episodes that ended first are the short ones, and a confirmation of fewer
+            # episodes is not the rule's: it counts for nothing (no row, no best, no try)
+            stage = "confirmation" if result.confirmed else "screen"
+            n = len(result.returns)
+            self.monitor.log(
+                f"evaluation {result.index}: the time limit cut its {stage} short at {n} of "
+                f"{result.planned} episodes; it counts for nothing"
+            )
+            self.outcome.cut_short.append(
+                {
+                    "evaluation": result.index,
+                    "global_step": result.global_step,
+                    "stage": stage,
+                    "episodes": n,
+                    "planned": result.planned,
+                    "seconds": result.seconds,
+                }
+            )
+            return
+        if self.plan is not None:
+            self.plan.observe(result, training=not self.stopping)
         # a confirmation is rare and its cost is the stop rule's: the periodic schedule paces
         # itself on the screens alone (a 100-episode confirmation, ten screens' worth, would
         # hold it back), which the monitor adds up
@@ -388,18 +450,49 @@ class Supervisor:
         if ev is None:
             return
         ended = self.outcome.ended
+        # training has stopped: the evaluation under way, and the final one, play the rest of
+        # their episodes on the cores it has freed (asyncrl.parallel)
+        if self.plan is not None:
+            ev.processes = self.plan.processes_for(
+                max(ev.episodes, ev.confirm[1] if ev.confirm else 0)
+            )
         # after a signal, no waiting for an evaluation under way (an Atari one takes seconds),
         # also for a signal that comes while waiting
         signalled = lambda: self.outcome.signal is not None  # noqa: E731
-        for result in ev.results() if ended is Ended.INTERRUPTED else ev.wait(signalled):
+        shown = [time.monotonic()]
+
+        def progress() -> None:  # what runs after training shows how far it is
+            under_way = ev.progress
+            if under_way is None or time.monotonic() - shown[0] < 5.0:
+                return
+            shown[0] = time.monotonic()
+            stage, done, total, start = under_way
+            self.monitor.log(
+                f"training has stopped; evaluation {self.monitor.evaluations - 1}'s {stage}: "
+                f"{done}/{total} episodes, {time.perf_counter() - start:.0f} s"
+            )
+
+        waited = ev.results() if ended is Ended.INTERRUPTED else ev.wait(signalled, progress)
+        for result in waited:
             self.evaluated(result)
         # (a callback's False is the user's own budget: the run ends as on its budget)
         budget = ended in (Ended.BUDGET, Ended.TIME_LIMIT, Ended.CALLBACK)
         final = budget or (ended is Ended.SOLVED and self.cfg.stop_on == "train")
-        if glob is None or self.evaluator is None or not final or signalled():
+        # (a confirmation under way when the time ran short can solve the run after training
+        # stopped on time: best_model.pt then holds the parameters that met the rule)
+        solved = self.monitor.solved and self.monitor.solved_by == "eval"
+        if glob is None or self.evaluator is None or not final or solved or signalled():
+            return
+        end = None if self.plan is None else self.plan.evaluations_end()
+        if end is not None and time.perf_counter() >= end:  # no time left for one
+            self.monitor.log("the time limit leaves no time for the final evaluation")
+            self.outcome.cut_short.append(
+                {"evaluation": None, "global_step": glob.steps, "stage": "screen"}
+                | {"episodes": 0, "planned": ev.episodes, "seconds": 0.0}
+            )
             return
         if glob.steps > self.last_eval_step and self.evaluate_now(glob.steps, glob):
-            for result in ev.wait(signalled):
+            for result in ev.wait(signalled, progress):
                 self.evaluated(result)
 
     # ------------------------------------------------------------------ checkpoints

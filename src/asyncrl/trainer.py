@@ -29,10 +29,19 @@ from asyncrl.errors import Interrupted, TrainingError, UserError
 from asyncrl.evaluation import Evaluation, Evaluator
 from asyncrl.heap import return_freed_memory
 from asyncrl.messages import GlobalSnapshot
-from asyncrl.models import ModelSpec, bind_obs_stats, build_model, flatten_parameters
+from asyncrl.models import (
+    ModelSpec,
+    bind_obs_stats,
+    build_model,
+    check_encoder,
+    encoder_path,
+    flatten_parameters,
+)
 from asyncrl.monitor import Monitor
 from asyncrl.optim import rms_start, scheduled_lr
+from asyncrl.parallel import processes_for, separate_envs, spare_cores
 from asyncrl.presets import preset
+from asyncrl.rescore import NOT_RESCORED, TimePlan, rescore_kept_model
 from asyncrl.rundir import RunDir, write_atomically
 from asyncrl.settings import Resumed
 from asyncrl.state import GlobalState
@@ -49,6 +58,7 @@ def train(
     resume: str | Path | None = None,
     info: EnvInfo | None = None,
     callbacks: Callback | Iterable[Callback] | None = None,
+    started: float | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Train with ``cfg`` updated by ``overrides`` (no ``cfg``: the preset the env calls for,
@@ -59,16 +69,24 @@ def train(
     (:func:`asyncrl.envs.probe_env`; the CLI does, to pick the preset): the env is not built
     again. A ``--backend ray`` run starts (or joins) Ray and, on its way out, ends (or leaves)
     it, unless it runs inside a :func:`asyncrl.backends.cluster_for` block that does, or on a
-    Ray connection of the caller's. Returns the summary (also ``RUN_DIR/summary.json``). Bad
-    input raises :class:`asyncrl.errors.UserError` before any file is written or changed, and
-    a bad env or config before Ray starts.
+    Ray connection of the caller's. ``--time-limit`` bounds the call's whole time, the work
+    after training included (the evaluation under way, the final one, the kept model's
+    re-scoring: :mod:`asyncrl.rescore`), counted from ``started`` (a
+    :func:`time.perf_counter` instant: the CLI's start; default: the call's). Returns the
+    summary (also ``RUN_DIR/summary.json``). Bad input raises
+    :class:`asyncrl.errors.UserError` before any file is written or changed, and a bad env or
+    config before Ray starts.
+
+    ``encoder``: an encoder class of your own (an ``nn.Module`` built as
+    ``Class(observation_space)``, docs/spaces.md#your-own-encoder), or its import path
+    ``"package.module:Class"``; the run records the path, which every process imports.
 
     ``callbacks``: a :class:`asyncrl.Callback` or several, called in this process on each
     episode, evaluation and interval of the learners' statistics; one that returns False stops
     the run as its budget would, with a checkpoint, and one that raises stops it and the
     exception propagates (docs/callbacks.md).
     """
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if started is None else started
     hooks = Hooks(callbacks)
     # a resumed run's directory is held from before its checkpoint is read (a new run's from
     # its making, in _run): a run still going could otherwise write a newer one meanwhile
@@ -88,9 +106,16 @@ def _train(
     t0: float,
     hooks: Hooks,
 ) -> dict[str, Any]:
+    # an encoder class given in Python is recorded by its import path (asyncrl.models.user)
+    if overrides.get("encoder") is not None:
+        overrides = {**overrides, "encoder": encoder_path(overrides["encoder"])}
+    if cfg is not None and cfg.encoder is not None:
+        cfg = dataclasses.replace(cfg, encoder=encoder_path(cfg.encoder))
     cfg, ckpt, info = _config(cfg, resume, info, overrides)
     algo = make_algorithm(cfg.algo, cfg.algo_settings(), info)
     spec = model_spec_for(cfg, algo.model_kind, info, cfg.reward_scale)
+    if spec.encoder_class:  # built once here, on the env's space: before anything is written
+        check_encoder(spec, cfg.backend)
     if ckpt is not None:  # a checkpoint that does not fit is bad input: refused before Ray starts
         fresh = GlobalState.create(cfg, spec, 1, algo.uses_target_network, shared=False)
         fresh.check_fits(ckpt["glob"], Path(str(cfg.run_dir)))
@@ -206,7 +231,8 @@ def _run(
         backend = cfg.backend_section()
         backend.lr_from = lr_from
         run = make_run(backend, info, spec, state)
-        evaluator = _evaluator(cfg, spec, monitor.target)
+        plan = _time_plan(cfg, t0, ckpt, n_workers)
+        evaluator = _evaluator(cfg, spec, monitor.target, plan)
         supervisor = Supervisor(
             cfg.section(SupervisorSection),
             run,
@@ -215,6 +241,7 @@ def _run(
             ckpt["restarts"] if ckpt else 0,
             evaluator=evaluator,
             save_best=save_best,
+            plan=plan,
         )
         steps_at_start, t_start = state.steps(), time.perf_counter()
         # each worker resumes its own state (RNG, envs, algorithm state) if the worker count is kept
@@ -239,7 +266,9 @@ def _run(
                 _save_params(run_dir.model, cfg, blank, spec, outcome.glob)
                 if not outcome.ended.keeps_last_checkpoint:
                     write_checkpoint(outcome.glob, outcome.workers, outcome.restarts)
+            rescored = _rescore(cfg, run_dir, outcome, plan, evaluator, monitor.log)
         summary = _summary(cfg, run_dir, state, monitor, outcome, ckpt)
+        summary |= rescored
         summary |= {
             "wall_seconds": time.perf_counter()
             - t0
@@ -297,6 +326,16 @@ def _config(
                 f"{' ' + ' '.join(saved.env_kwargs) if saved.env_kwargs else ''}"
                 f"{' --obs-keys ' + ' '.join(saved.obs_keys) if saved.obs_keys else ''}); drop "
                 f"{flag}, or train a new run on the other env"
+            )
+    # its encoder's code too: another class of the same shapes would take its parameters silently
+    for name in ("encoder", "encoder_kwargs"):
+        given = overrides.get(name, getattr(saved, name))
+        if (tuple(given) if name == "encoder_kwargs" else given) != getattr(saved, name):
+            flag = "--" + name.replace("_", "-")
+            own = " ".join([saved.encoder or "asyncrl's own", *saved.encoder_kwargs])
+            raise UserError(
+                f"{flag}: a resumed run goes on with its own encoder ({own}); drop {flag}, or "
+                "train a new run with the other one"
             )
     # A resumed run's saved settings that its config now ignores go back to their defaults (the
     # applicability table): the Ray options of a Ray run resumed on another backend, and what
@@ -361,6 +400,8 @@ def _summary(
         "best_eval_return": None if monitor.best_eval is None else monitor.best_eval[0],
         "best_eval_step": None if monitor.best_eval is None else monitor.best_eval[1],
         "best_eval_episodes": None if monitor.best_eval is None else monitor.best_eval[2],
+        "evaluations_cut_short": outcome.cut_short,
+        "time_reserved_seconds": outcome.reserved,
         "resumed": ckpt is not None,
         # the callback whose False (or exception) ended the run: "ended" is "callback" then
         "stopped_by": monitor.hooks.stopped_by,
@@ -436,7 +477,9 @@ def _tracker(cfg: Config, run_dir: RunDir) -> WandbLogger | None:
     )
 
 
-def _evaluator(cfg: Config, spec: ModelSpec, target: float | None) -> Evaluator | None:
+def _evaluator(
+    cfg: Config, spec: ModelSpec, target: float | None, plan: TimePlan
+) -> Evaluator | None:
     """The run's evaluator: none with --eval-every 0 and --stop-on train."""
     if cfg.eval_interval(cfg.steps) == 0 and cfg.stop_on == "train":
         return None
@@ -450,7 +493,67 @@ def _evaluator(cfg: Config, spec: ModelSpec, target: float | None) -> Evaluator 
         deterministic=not cfg.eval_stochastic,
         seed=cfg.seed,
         confirm=confirm,
+        deadline=plan.evaluations_end,
     )
+
+
+def _time_plan(cfg: Config, t0: float, ckpt: dict[str, Any] | None, workers: int) -> TimePlan:
+    """The run's time, planned back from --time-limit: counted from the start of ``train``
+    (``t0``), so that the time before the run's clock starts (Ray's start, the env's probe)
+    is inside the limit too, less what a resumed run has spent."""
+    limit = cfg.time_limit_seconds()
+    seconds = 0.0 if limit is None else limit - (ckpt["monitor"]["elapsed"] if ckpt else 0.0)
+    most = max(cfg.rescore_episodes, cfg.eval_episodes)
+    return TimePlan(
+        ends_at=None if limit is None else t0 + seconds,
+        seconds=seconds,
+        rescore_episodes=cfg.rescore_episodes,
+        eval_episodes=cfg.eval_episodes,
+        processes=processes_for(cfg.env, most),
+        separate=separate_envs(cfg.env),
+        workers=workers,
+        cores=spare_cores(),
+        envs=cfg.envs_per_worker,
+    )
+
+
+def _rescore(
+    cfg: Config,
+    run_dir: RunDir,
+    outcome: Outcome,
+    plan: TimePlan,
+    evaluator: Evaluator | None,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """The kept model re-scored on new episodes (summary.json's kept_model_* fields), inside
+    the time limit; none after a fault or a signal (the user wants out), or with
+    --rescore-episodes 0."""
+    kept = run_dir.best_model.is_file() or run_dir.model.is_file()
+    if not cfg.rescore_episodes or outcome.error or outcome.signal is not None or not kept:
+        return dict(NOT_RESCORED)
+    if evaluator is not None:  # its thread and envs are done with: ended before the forks
+        evaluator.close()
+    try:
+        return rescore_kept_model(
+            run_dir.path,
+            cfg.seed,
+            cfg.rescore_episodes,
+            deterministic=not cfg.eval_stochastic,
+            processes=plan.processes_for(cfg.rescore_episodes),
+            deadline=plan.ends_at,
+            stop=_Flag(lambda: outcome.signal is not None),
+            log=log,
+        ).summary()
+    except Exception as e:  # as a failed evaluation: one line, and the run's files stand
+        log(f"re-scoring the kept model failed ({e}); summary.json has no kept_model_return")
+        return NOT_RESCORED | {"kept_model_error": str(e)}
+
+
+class _Flag:
+    """A stop flag read from a function (a signal recorded in the outcome)."""
+
+    def __init__(self, read: Callable[[], bool]):
+        self.is_set = read
 
 
 @contextmanager

@@ -425,6 +425,25 @@ def test_masked_multi_discrete_actions_run_on_the_cluster(cluster, run_dir):
     assert len(asyncrl.evaluate(run_dir, episodes=5)) == 5
 
 
+def test_an_encoder_of_the_users_own_trains_on_the_cluster_by_its_import_path(cluster, run_dir):
+    # each actor imports tests.user_encoders itself (the cluster's PYTHONPATH holds the repo):
+    # the class never travels, its path does
+    import gymnasium as gym
+
+    import tests.envs_for_tests  # noqa: F401 (registers the env here too)
+
+    summary = asyncrl.train(
+        env="tests.envs_for_tests:asyncrl-test/DictCue-v0", encoder="tests.user_encoders:Seen",
+        backend="ray", address=cluster.address, workers=2, envs_per_worker=4, steps=2_000,
+        eval_every=0, stop_on="train", run_dir=str(run_dir), progress=False,
+    )  # fmt: skip
+    assert summary["total_steps"] >= 2_000, summary
+    policy = asyncrl.load(run_dir)
+    assert policy.spec.encoder_class == "tests.user_encoders:Seen"
+    obs, _ = gym.make("asyncrl-test/DictCue-v0").reset(seed=0)
+    assert policy.act(obs) in range(3)
+
+
 def test_the_parameter_server_lives_on_the_driver_node(cluster, run_dir):
     import threading
 
@@ -737,6 +756,7 @@ def test_a_short_pong_run_over_ray_checkpoints_and_resumes(cluster, run_dir):
         # test's time (evaluations on Ray: test_evaluations_read_the_servers_parameters...)
         eval_every=0,
         stop_on="train",
+        rescore_episodes=0,
     )
     summary = asyncrl.train(**common, steps=1_500, run_dir=str(run_dir))
     assert summary["total_steps"] >= 1_500 and summary["total_frames"] == 4 * summary["total_steps"]
@@ -1027,8 +1047,8 @@ def test_a_ray_train_command_probes_the_env_once_and_leaves_a_callers_connection
         )
     args = ["train", "--backend", "ray", "--address", cluster.address, "--workers", "1"]
     args += ["--steps", "2000", "--run-dir", str(run_dir), "--no-progress"]
-    # no evaluation: its envs are built in this process too (after the run starts)
-    args += ["--eval-every", "0", "--stop-on", "train"]
+    # no evaluation nor re-scoring: their envs are built in this process too (after the run)
+    args += ["--eval-every", "0", "--stop-on", "train", "--rescore-episodes", "0"]
     assert main(args) == 0
     assert len(built) == 1 and ray.is_initialized()
 

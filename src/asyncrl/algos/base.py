@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
@@ -30,7 +31,7 @@ from asyncrl.errors import UserError
 from asyncrl.models import Encoder, ModelSpec, conv_net_problem, cpu_has_bfloat16_units
 from asyncrl.rollout import Rollout
 from asyncrl.settings import ModelSettings, RolloutSettings
-from asyncrl.spaces import auto_conv_net
+from asyncrl.spaces import auto_conv_net, space_to_json
 
 
 class Algorithm(ABC):
@@ -195,7 +196,11 @@ def model_spec_for(
     ones; an MLP for vectors). ``reward_scale``: the learning reward's, which a core that
     takes the previous reward is given (``--prev-action-reward``). A structured observation's
     image leaves all get the one conv net ``--net`` names (``auto``: MinAtar's where one of
-    them is small) and ``--net mlp`` reads them as vectors (:func:`_leaf_encoder`)."""
+    them is small) and ``--net mlp`` reads them as vectors (:func:`_leaf_encoder`).
+    ``--encoder``: the user's own in place of all that, on the observation space the probe
+    recorded (:mod:`asyncrl.models.user`; :func:`asyncrl.models.check_encoder` tries it)."""
+    if cfg.encoder is not None:
+        return _user_encoder_spec(cfg, kind, info, reward_scale)
     if info.obs_layout is not None:
         encoder, image = _leaf_encoder(cfg.net, info)
         channels_last, problem = False, None
@@ -244,6 +249,44 @@ def model_spec_for(
         channels_last=channels_last,
         precision=precision,
         obs_leaves=() if info.obs_layout is None else info.obs_layout.leaves,
+    )
+
+
+def _user_encoder_spec(
+    cfg: ModelSettings,
+    kind: Literal["actor-critic", "q"],
+    info: EnvInfo,
+    reward_scale: float,
+) -> ModelSpec:
+    """The network of an encoder of the user's own (``--encoder``): its import path, its
+    arguments and the observation space it is built on; the core and heads as for asyncrl's
+    encoders. Actor and critic share it by default (SB3's ``share_features_extractor``)."""
+    assert cfg.encoder is not None
+    space = info.obs_space
+    if not space:
+        if info.obs_layout is not None:
+            raise ValueError("an EnvInfo with a layout and no obs_space: probe the env")
+        # (a probe made by hand records no space: a Box of the dtype's range)
+        dtype = np.dtype(info.obs_dtype)
+        low, high = (0, 255) if dtype == np.uint8 else (-np.inf, np.inf)
+        space = space_to_json(gym.spaces.Box(low, high, info.obs_shape, dtype))
+    image = len(info.obs_shape) == 3
+    return ModelSpec(
+        kind=kind,
+        core=cfg.core,
+        prev_action_reward=cfg.prev_action_reward,
+        reward_clip=info.reward_clip if cfg.prev_action_reward else 0.0,
+        reward_scale=reward_scale if cfg.prev_action_reward else 1.0,
+        core_size=cfg.lstm_size or (256 if image else 128),
+        **{n: v for n in ("gaussian_std", "log_std_init") if (v := getattr(cfg, n)) is not None},
+        obs_shape=info.obs_shape,
+        obs_dtype=info.obs_dtype,
+        action=dataclasses.replace(info.action, squash=cfg.squash),
+        shared_trunk=cfg.shared_trunk if cfg.shared_trunk is not None else True,
+        obs_leaves=() if info.obs_layout is None else info.obs_layout.leaves,
+        encoder_class=cfg.encoder,
+        encoder_kwargs=tuple(cfg.encoder_kwargs),
+        obs_space=space,
     )
 
 

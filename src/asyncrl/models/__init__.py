@@ -6,7 +6,9 @@
   arrive in the env's dtype; uint8 images are divided by 255 here, inside the network, so the
   rollout buffer stays uint8. Observation normalisation (``--normalize-obs``) is the MLP
   encoder's first piece. A structured (Dict, Tuple) observation arrives packed into one row
-  (:mod:`asyncrl.spaces`) and :class:`MultiInputEncoder` encodes each leaf by its kind.
+  (:mod:`asyncrl.spaces`) and :class:`MultiInputEncoder` encodes each leaf by its kind. Or the
+  user's own (``--encoder package.module:Class``, :mod:`~asyncrl.models.user`), given the
+  observations in their space's structure, located by its import path in every process.
 * core: always there, one signature ``core.step(x, state, first) -> (h, state)`` whatever it is
   (:data:`CORES`): the identity, which carries an empty state (Sample Factory's
   ``ModelCoreIdentity``), or a recurrent cell (the paper's LSTM; a GRU).
@@ -24,10 +26,11 @@ Every model is rebuilt from a plain :class:`ModelSpec` (a dict on disk), so a wo
 checkpoint and ``asyncrl.load`` all construct the same architecture without pickling modules.
 
 The package's files: :mod:`~asyncrl.models.spec` (the spec and the core's context),
-:mod:`~asyncrl.models.encoders`, :mod:`~asyncrl.models.normalizer`,
-:mod:`~asyncrl.models.cores`, :mod:`~asyncrl.models.networks` (the heads, and
-:func:`build_model`) and :mod:`~asyncrl.models.params` (the flat parameter vector). Import from
-``asyncrl.models``: this file names every public one.
+:mod:`~asyncrl.models.encoders`, :mod:`~asyncrl.models.user` (an encoder of the user's own),
+:mod:`~asyncrl.models.normalizer`, :mod:`~asyncrl.models.cores`,
+:mod:`~asyncrl.models.networks` (the heads, and :func:`build_model`) and
+:mod:`~asyncrl.models.params` (the flat parameter vector). Import from ``asyncrl.models``: this
+file names every public one.
 """
 
 from asyncrl.models.cores import (
@@ -63,6 +66,7 @@ from asyncrl.models.normalizer import (
 )
 from asyncrl.models.params import flat_grad, flatten_parameters
 from asyncrl.models.spec import Encoder, ModelSpec, write_context
+from asyncrl.models.user import UserEncoder, check_encoder, encoder_path, import_encoder
 from asyncrl.spaces import conv_net_problem
 
 __all__ = [
@@ -81,19 +85,23 @@ __all__ = [
     "ObsNormalizer",
     "QNetwork",
     "RecurrentCore",
+    "UserEncoder",
     "as_float",
     "bind_obs_stats",
     "build_core",
     "build_encoder",
     "build_model",
     "build_normalizer",
+    "check_encoder",
     "combine_obs_stats",
     "conv_net_problem",
     "cpu_bfloat16_units",
     "cpu_has_bfloat16_units",
     "encode_rollout",
+    "encoder_path",
     "flat_grad",
     "flatten_parameters",
+    "import_encoder",
     "merge_obs_stats",
     "obs_stats_of",
     "space_to_depth",

@@ -1,7 +1,7 @@
 """Encoders, chosen from the observation space: an MLP for vectors, conv nets for images (with
 the space-to-depth form of the Atari nets' first layer and bfloat16 on the CPUs that have units
 for it), and for a structured (Dict, Tuple) observation one encoder per leaf with the features
-concatenated (:class:`MultiInputEncoder`)."""
+concatenated (:class:`MultiInputEncoder`); or the user's own (:mod:`asyncrl.models.user`)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from torch import nn
 
 from asyncrl.models.normalizer import ObsNormalizer
 from asyncrl.models.spec import ModelSpec
+from asyncrl.models.user import UserEncoder
 from asyncrl.spaces import CONV_NETS as _CONV_NETS
 from asyncrl.spaces import ObsLayout, ObsLeaf
 
@@ -365,7 +366,11 @@ class MultiInputEncoder(nn.Module):
 
 def build_encoder(
     spec: ModelSpec, norm: ObsNormalizer | None = None
-) -> MLPEncoder | ConvEncoder | MultiInputEncoder:
+) -> MLPEncoder | ConvEncoder | MultiInputEncoder | UserEncoder:
+    if spec.encoder_class:  # the user's own (--encoder), on every observation space
+        if norm is not None:  # model_spec_for refuses --normalize-obs with --encoder
+            raise ValueError("observation normalisation is for asyncrl's own encoders")
+        return UserEncoder(spec)
     if spec.obs_leaves:
         return MultiInputEncoder(spec, norm)
     if spec.encoder == "mlp":

@@ -23,13 +23,14 @@ from asyncrl.models.encoders import (
 )
 from asyncrl.models.normalizer import ObsNormalizer, build_normalizer
 from asyncrl.models.spec import ModelSpec
+from asyncrl.models.user import UserEncoder
 
 
 class Network(nn.Module):
     """What both networks share: an encoder (its normaliser inside), a core, and the core's
     state. Subclasses give :meth:`act` and :meth:`unroll` their heads."""
 
-    encoder: MLPEncoder | ConvEncoder | MultiInputEncoder
+    encoder: MLPEncoder | ConvEncoder | MultiInputEncoder | UserEncoder
     core: Core
     #: inputs the core takes beside the encoder's features (:attr:`ModelSpec.context_dim`)
     context_dim: int = 0
@@ -165,7 +166,7 @@ class ActorCritic(Network):
         object.__setattr__(self, "_pi_b", self.pi_head.bias)
 
     @property
-    def encoder(self) -> MLPEncoder | ConvEncoder | MultiInputEncoder:  # type: ignore[override]
+    def encoder(self) -> MLPEncoder | ConvEncoder | MultiInputEncoder | UserEncoder:  # type: ignore[override]
         return self.pi_body
 
     def act(
@@ -248,7 +249,7 @@ class QNetwork(Network):
         self._bind_hot_path()
 
     @property
-    def encoder(self) -> MLPEncoder | ConvEncoder | MultiInputEncoder:  # type: ignore[override]
+    def encoder(self) -> MLPEncoder | ConvEncoder | MultiInputEncoder | UserEncoder:  # type: ignore[override]
         return self.body
 
     def act(

@@ -52,6 +52,14 @@ class ModelSpec:
     #: each by its kind, image leaves with the conv net ``encoder`` names. Empty: one Box
     #: observation, as every model before structured observations had
     obs_leaves: tuple[ObsLeaf, ...] = ()
+    #: an encoder of the user's own (``--encoder``) in place of the built-in one ``encoder``
+    #: names: the import path ``module:QualName`` of its class, which every process that
+    #: builds the model imports (:mod:`asyncrl.models.user`); "": none
+    encoder_class: str = ""
+    #: its constructor's keyword arguments, as ``KEY=VALUE`` literals (``--encoder-kwargs``)
+    encoder_kwargs: tuple[str, ...] = ()
+    #: the observation space it is built on, as JSON (:func:`asyncrl.spaces.space_to_json`)
+    obs_space: str = ""
 
     @property
     def obs_layout(self) -> ObsLayout | None:
@@ -98,6 +106,7 @@ class ModelSpec:
                 "action": action,
                 # (absent from checkpoints written before structured observations)
                 "obs_leaves": tuple(ObsLeaf.from_dict(x) for x in d.get("obs_leaves", ())),
+                "encoder_kwargs": tuple(d.get("encoder_kwargs", ())),
             }
         )
 

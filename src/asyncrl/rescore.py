@@ -1,0 +1,267 @@
+"""What runs after training stops, and the plan that fits it inside ``--time-limit``.
+
+**The kept model re-scored.** The figures a run selects on are biased up: the best of many
+noisy evaluations, and the confirmation's mean given that it passed the stop rule. So once
+training has stopped, the model the run keeps (``best_model.pt``, else ``model.pt``: what
+:func:`asyncrl.load` gives) plays ``--rescore-episodes`` new episodes, on starts no evaluation
+saw (:func:`asyncrl.evaluation.held_out_seeds`), and ``summary.json`` reports their mean as
+``kept_model_return``: an estimate nothing was selected on (the benchmark suite's way,
+``benchmarks/suite.py``, made every run's).
+
+**The time limit bounds the whole process.** :class:`TimePlan` reserves, before the limit, the
+expected seconds of the work after training (the workers' last rollouts, the final evaluation,
+the re-scoring), from measured evaluation episodes (from the training episodes until an
+evaluation has measured them), and training stops that much before the limit. An evaluation
+still under way then goes on, on the cores training has freed, until the re-scoring's share of
+the time; what the limit cuts short is recorded as such and counts for nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from asyncrl.envs import EVAL_WAVE
+from asyncrl.evaluation import HELD_OUT_STREAM, held_out_seeds
+from asyncrl.parallel import SavedPolicy, play_parallel, worth_processes
+from asyncrl.policy import OutOfTime, StopFlag, Stopped, load, play_episodes
+
+if TYPE_CHECKING:
+    from asyncrl.evaluation import Evaluation
+
+#: seconds reserved for the workers to end their last rollouts and the model files, the
+#: checkpoint and the summary to be written, once training is told to stop on time, and at
+#: most this share of the limit (a few seconds' run has short rollouts to end)
+STOP_SECONDS = 5.0
+STOP_SHARE = 0.05
+#: the most of a run's time limit the reserve may take: past it training would hardly start,
+#: and the re-scoring is cut short instead
+RESERVE_SHARE = 0.5
+#: seconds between two progress lines of the work after training
+PROGRESS_EVERY = 5.0
+
+
+@dataclass
+class TimePlan:
+    """The time of a run with a limit, planned backwards from it: training stops at
+    ``ends_at - reserve(...)``; the evaluations end by :meth:`evaluations_end`, the re-scoring
+    by ``ends_at``. Expected seconds come from the evaluations' own episodes (one thread
+    beside the workers: the work after training, on ``processes`` free cores, is faster)."""
+
+    #: the run's time limit as a :func:`time.perf_counter` instant (None: no limit)
+    ends_at: float | None
+    #: the limit's seconds for this process (the reserve's cap is a share of them)
+    seconds: float
+    rescore_episodes: int
+    eval_episodes: int
+    #: processes that play once training has stopped (asyncrl.parallel.processes_for)
+    processes: int
+    #: the envs are stepped one by one (the cost is per episode) or natively vectorized (a
+    #: wave of up to EVAL_WAVE costs about one episode's steps)
+    separate: bool
+    #: the run's workers and this machine's cores: an evaluation beside the workers has about
+    #: cores / (workers + 1) of a core, a process after training a whole one
+    workers: int = 1
+    cores: int = 1
+    envs: int = 1  # each worker's
+    #: seconds of an evaluation episode (separate) or wave (natively vectorized), on a core
+    #: of its own
+    per_episode: float | None = None
+    measured: bool = False
+
+    def observe(self, ev: Evaluation, training: bool = True) -> None:
+        """Take the expected seconds from a finished evaluation (the latest: the policy's
+        episodes grow as it learns); ``training``: it played beside the workers."""
+        if ev.cut_short or ev.error is not None or not ev.returns:
+            return
+        seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
+        if training:
+            seconds /= max(1.0, (self.workers + 1) / self.cores)
+        if self.separate:
+            self.per_episode = seconds / len(ev.returns)
+        else:
+            self.per_episode = seconds / math.ceil(len(ev.returns) / EVAL_WAVE)
+        self.measured = True
+
+    def guess(self, mean_steps: float, most_steps: int, steps_per_second: float) -> None:
+        """An episode's seconds as the training episodes tell them, until an evaluation has
+        measured them (a run with a short limit may end before its first). Each worker steps
+        its ``envs`` envs once in envs x workers / steps-per-second seconds, the learning's
+        share included: separate envs cost that a step of each env, so an episode of
+        ``mean_steps`` on average costs them for its steps; a natively vectorized wave costs
+        about a worker's step of all of them a step, for the longest episode (``most_steps``)."""
+        if self.measured or steps_per_second <= 0:
+            return
+        env_step = min(self.workers, self.cores) / steps_per_second
+        if self.separate:
+            self.per_episode = mean_steps * env_step
+        else:
+            self.per_episode = most_steps * self.envs * env_step
+
+    def playing(self, episodes: int, processes: int | None = None) -> float:
+        """The expected seconds of ``episodes`` episodes on ``processes`` (default: after
+        training's) processes."""
+        if self.per_episode is None or episodes <= 0:
+            return 0.0
+        p = self.processes if processes is None else processes
+        if self.separate:  # a process's share of the episodes, each stepped on its own
+            return self.per_episode * math.ceil(episodes / p)
+        return self.per_episode * math.ceil(episodes / EVAL_WAVE)
+
+    def rescoring(self) -> float:
+        return self.playing(self.rescore_episodes)
+
+    def processes_for(self, episodes: int) -> int:
+        """The processes to play ``episodes`` episodes on after training: more than one only
+        where the play is long enough to be worth their start."""
+        return worth_processes(self.processes, self.playing(episodes, 1))
+
+    def screen(self) -> float:
+        """The expected seconds of a screen during training (one thread)."""
+        return self.playing(self.eval_episodes, 1)
+
+    def reserve(self, final_evaluation: bool, under_way: int = 0) -> float:
+        """The seconds training leaves before the limit: its stop, the ``under_way`` episodes
+        left of an evaluation playing (a confirmation that began late finishes on the cores
+        training frees, rather than being cut short), a final evaluation (where the run makes
+        one) and the re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
+        want = self.stopping() + self.playing(under_way) + self.rescoring()
+        if final_evaluation:
+            want += self.playing(self.eval_episodes)
+        return min(want, RESERVE_SHARE * self.seconds)
+
+    def stopping(self) -> float:
+        """The seconds reserved for training's stop and the files written after it."""
+        return min(STOP_SECONDS, STOP_SHARE * self.seconds)
+
+    def rescoring_slot(self) -> float:
+        """The seconds before the limit kept for the re-scoring: its expected seconds, or where
+        the reserve's cap squeezes them, what the cap leaves after the stop and the final
+        evaluation (the re-scoring is then cut short, rather than the evaluations before it,
+        which pick the model it scores)."""
+        cap = RESERVE_SHARE * self.seconds - self.stopping() - self.playing(self.eval_episodes)
+        return max(0.0, min(self.rescoring(), cap))
+
+    def left(self) -> float | None:
+        """Seconds to the limit (None: no limit)."""
+        return None if self.ends_at is None else self.ends_at - time.perf_counter()
+
+    def evaluations_end(self) -> float | None:
+        """When an evaluation still playing is cut short: the re-scoring's slot before the
+        limit. (Training stops before it, so none is cut while the workers learn.)"""
+        return None if self.ends_at is None else self.ends_at - self.rescoring_slot()
+
+
+@dataclass(frozen=True)
+class Rescored:
+    """The kept model's re-scoring: ``model`` the file it loaded, the returns of the episodes
+    that ended, of ``planned``; ``cut_short`` where the limit (or a signal) came first."""
+
+    model: str
+    returns: tuple[float, ...]
+    planned: int
+    cut_short: bool
+    seconds: float
+    processes: int
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.returns)
+        return {
+            "kept_model": self.model,
+            "kept_model_return": statistics.fmean(self.returns) if n else None,
+            "kept_model_std": statistics.pstdev(self.returns) if n else None,
+            "kept_model_episodes": n,
+            "kept_model_planned_episodes": self.planned,
+            "kept_model_cut_short": self.cut_short,
+            "kept_model_seconds": self.seconds,
+            "kept_model_error": None,
+        }
+
+
+#: summary.json's fields of a run that re-scored nothing (--rescore-episodes 0, a fault, a signal)
+NOT_RESCORED: dict[str, Any] = {
+    "kept_model": None,
+    "kept_model_return": None,
+    "kept_model_std": None,
+    "kept_model_episodes": 0,
+    "kept_model_planned_episodes": 0,
+    "kept_model_cut_short": False,
+    "kept_model_seconds": 0.0,
+    "kept_model_error": None,  # why a re-scoring failed (an env the main process cannot build)
+}
+
+
+def rescore_kept_model(
+    run_dir: str | Path,
+    seed: int,
+    episodes: int,
+    *,
+    deterministic: bool = True,
+    processes: int = 1,
+    deadline: float | None = None,
+    stop: StopFlag | None = None,
+    log: Callable[[str], None] = print,
+) -> Rescored:
+    """Play the run's kept model (as :func:`asyncrl.load` loads it) on ``episodes`` episodes
+    from :func:`~asyncrl.evaluation.held_out_seeds` of ``seed``, on ``processes`` processes,
+    until ``deadline`` (a :func:`time.perf_counter` instant) or ``stop``; a progress line
+    through ``log`` at the start, every few seconds and at the end."""
+    t0 = time.perf_counter()
+    policy = load(run_dir)
+    name = policy.source.name if policy.source is not None else "model.pt"
+    seeds = held_out_seeds(seed, episodes)
+    ended: dict[int, float] = {}
+    within = "" if deadline is None else f", within {max(0.0, deadline - t0):.0f} s"
+    on = f" on {processes} processes" if processes > 1 else ""
+    log(f"re-scoring the kept model ({name}) on {episodes} new episodes{on}{within}")
+
+    def record(i: int, ret: float) -> None:
+        ended[i] = ret
+
+    def show() -> None:  # a line every few seconds, whether or not an episode has ended
+        while not done.wait(PROGRESS_EVERY):
+            log(f"re-scoring: {len(ended)}/{episodes} episodes, {time.perf_counter() - t0:.0f} s")
+
+    done = threading.Event()
+    shower = threading.Thread(target=show, name="asyncrl-rescore-progress", daemon=True)
+    shower.start()
+    cut = False
+    try:
+        if processes > 1:
+            play_parallel(
+                SavedPolicy(str(run_dir)), seeds, processes, deterministic=deterministic,
+                rng_seed=(seed, HELD_OUT_STREAM), stop=stop, deadline=deadline,
+                on_episode=record,
+            )  # fmt: skip
+        else:
+            from asyncrl.envs import make_eval_vec_env
+
+            envs = make_eval_vec_env(policy.env_id, episodes, seeds[0], policy.env_kwargs)
+            try:
+                rng = np.random.default_rng([seed, HELD_OUT_STREAM])
+                play_episodes(
+                    policy, envs, seeds, deterministic, rng, stop=stop, deadline=deadline,
+                    on_episode=record,
+                )  # fmt: skip
+            finally:
+                envs.close()
+    except (OutOfTime, Stopped) as e:
+        cut = True
+        why = "the time limit" if isinstance(e, OutOfTime) else "a signal"
+        log(f"re-scoring cut short by {why}: {len(ended)} of {episodes} episodes ended")
+    finally:
+        done.set()
+        shower.join()
+    seconds = time.perf_counter() - t0
+    returns = tuple(ended[i] for i in sorted(ended))
+    if not cut and seconds >= PROGRESS_EVERY:
+        log(f"re-scored: {len(returns)}/{episodes} episodes in {seconds:.0f} s")
+    return Rescored(name, returns, episodes, cut, seconds, processes)

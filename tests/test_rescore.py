@@ -1,0 +1,380 @@
+"""After training: the kept model re-scored on starts no evaluation saw (summary.json's
+kept_model_*), the plan that fits the evaluations, the confirmation and the re-scoring inside
+--time-limit, what the limit cuts short, and the episodes played on several processes."""
+
+import json
+import multiprocessing
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import asyncrl
+import tests.envs_for_tests  # noqa: F401  (registers the envs)
+from asyncrl import evaluation
+from asyncrl.cli import main
+from asyncrl.evaluation import HELD_OUT_BIT, eval_seeds, held_out_seeds
+from asyncrl.monitor import Monitor
+from asyncrl.parallel import play_parallel
+from asyncrl.policy import OutOfTime, play_episodes
+from asyncrl.rescore import RESERVE_SHARE, STOP_SECONDS, STOP_SHARE, TimePlan
+from asyncrl.rundir import RunDir
+from asyncrl.supervisor import Ended, Supervisor
+from tests.oracles import spec_of
+
+SEPARATE = "asyncrl-test/CartPoleSeparate-v0"
+SLOW = "tests.envs_for_tests:asyncrl-test/Slow-v0"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_held_out_seeds_are_disjoint_from_every_evaluation_seed():
+    """The rule, not the odds: every evaluation seed (screens and confirmations, any index)
+    is under HELD_OUT_BIT and every re-scoring seed at or over it; both repeat with the seed."""
+    for seed in range(3):
+        held = held_out_seeds(seed, 1_000)
+        assert len(set(held)) == 1_000 and all(HELD_OUT_BIT <= s < 2**32 for s in held)
+        assert held == held_out_seeds(seed, 1_000) and held != held_out_seeds(seed + 1, 1_000)
+        for index in range(200):
+            assert all(0 <= s < HELD_OUT_BIT for s in eval_seeds(seed, index, 110))
+    # a shorter re-scoring plays the first of the same starts
+    assert held_out_seeds(0, 10) == held_out_seeds(0, 1_000)[:10]
+
+
+class _Fresh:
+    """A new network for an env (picklable for the processes)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def build(self):
+        import torch
+
+        from asyncrl.algos import make_algorithm
+        from asyncrl.envs import probe_env
+        from asyncrl.models import build_model
+        from asyncrl.policy import Policy
+        from asyncrl.presets import preset
+
+        cfg = preset(None, env=self.env).validate()
+        torch.manual_seed(0)
+        spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(self.env)))
+        return Policy(build_model(spec), cfg.algo, spec, self.env, {})
+
+
+def _alone(env, seeds, **kw):
+    from asyncrl.envs import make_eval_vec_env
+
+    policy = _Fresh(env).build()
+    envs = make_eval_vec_env(env, len(seeds), seeds[0])
+    try:
+        return play_episodes(policy, envs, seeds, **kw)
+    finally:
+        envs.close()
+
+
+def test_several_processes_play_the_same_episodes_as_one():
+    """Each episode of separate envs is its seed's, on whichever process plays it: the returns
+    are the same, in the seeds' order, and each is handed over as it ends."""
+    seeds = held_out_seeds(0, 12)
+    alone = _alone(SEPARATE, seeds)
+    seen = {}
+    returns = play_parallel(
+        _Fresh(SEPARATE), seeds, 3, on_episode=lambda i, r: seen.__setitem__(i, r)
+    )
+    assert returns == alone and len(set(alone)) > 1
+    assert seen == dict(enumerate(alone))
+    assert multiprocessing.active_children() == []
+
+
+def test_out_of_time_keeps_the_episodes_that_ended():
+    """A deadline that passes once three episodes have ended (a function of the play, not of
+    the clock): OutOfTime, with those episodes handed over first, on one process or several
+    (whose processes have all ended when it is raised)."""
+    seeds = held_out_seeds(1, 16)
+    alone = _alone(SEPARATE, seeds)
+    for play in (
+        lambda **kw: _alone(SEPARATE, seeds, **kw),
+        lambda **kw: play_parallel(_Fresh(SEPARATE), seeds, 2, **kw),
+    ):
+        ended: dict[int, float] = {}
+        with pytest.raises(OutOfTime):
+            play(
+                deadline=lambda ended=ended: 0.0 if len(ended) >= 3 else None,
+                on_episode=ended.__setitem__,
+            )
+        assert 3 <= len(ended) < len(seeds)
+        assert all(alone[i] == r for i, r in ended.items())
+        assert multiprocessing.active_children() == []
+
+
+def _plan(**kw):
+    base = dict(
+        ends_at=time.perf_counter() + 1e6, seconds=600.0, rescore_episodes=100,
+        eval_episodes=10, processes=2, separate=True, workers=1, cores=2,
+    )  # fmt: skip
+    return TimePlan(**{**base, **kw})
+
+
+def _evaluation(seconds, episodes=10, confirmed=False, screen=0.0, cut=False):
+    returns = tuple(float(i) for i in range(episodes))
+    return evaluation.Evaluation(
+        0, 100, 1.0, returns, seconds, None, None, confirmed, screen or seconds, cut, 100
+    )
+
+
+def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
+    plan = _plan()
+    assert plan.reserve(final_evaluation=True) == STOP_SECONDS  # nothing measured yet
+    # the training episodes' guess, until an evaluation measures it: 200 steps on average at
+    # 100 a second (1 worker)
+    plan.guess(200, 500, 100.0)
+    assert plan.rescoring() == 2.0 * 50
+    plan.observe(_evaluation(seconds=10.0))  # 1 s an episode, one thread
+    plan.guess(200, 500, 10.0)  # (a measurement is not replaced by a guess)
+    assert plan.per_episode == 1.0 and plan.measured
+    # 100 episodes on 2 processes, 10 of a final evaluation on 2, the stop
+    assert plan.rescoring() == 50.0 and plan.screen() == 10.0
+    assert plan.reserve(final_evaluation=True) == STOP_SECONDS + 5.0 + 50.0
+    assert plan.reserve(final_evaluation=False) == STOP_SECONDS + 50.0
+    # and the rest of an evaluation under way (a confirmation begun late: 30 episodes to go)
+    assert plan.reserve(final_evaluation=False, under_way=30) == STOP_SECONDS + 15.0 + 50.0
+    # a confirmation's seconds per episode leave its screen's out; a cut-short one says nothing
+    plan.observe(_evaluation(seconds=52.0, episodes=100, confirmed=True, screen=12.0))
+    assert plan.per_episode == 0.4
+    plan.observe(_evaluation(seconds=1.0, cut=True))
+    assert plan.per_episode == 0.4
+    # the evaluations end where the re-scoring's time begins; training stops before that
+    assert plan.ends_at - plan.evaluations_end() == pytest.approx(plan.rescoring())
+    # the reserve takes at most a share of the limit; then the re-scoring is what is squeezed
+    short = _plan(seconds=60.0)
+    short.observe(_evaluation(seconds=10.0))
+    assert short.reserve(final_evaluation=True) == RESERVE_SHARE * 60.0
+    assert short.stopping() == STOP_SHARE * 60.0  # (a short run's rollouts end quickly too)
+    assert short.rescoring_slot() == RESERVE_SHARE * 60.0 - STOP_SHARE * 60.0 - 5.0
+    # an evaluation beside 2 workers on 2 cores had two thirds of a core: a process after
+    # training is faster by that (one after training is not corrected)
+    shared = _plan(workers=2, cores=2)
+    shared.observe(_evaluation(seconds=15.0))
+    assert shared.per_episode == 1.0
+    shared.observe(_evaluation(seconds=15.0), training=False)
+    assert shared.per_episode == 1.5
+    # a natively vectorized env plays a wave of up to EVAL_WAVE episodes in one episode's time:
+    # guessed as a worker's step of its 16 envs for each step of the longest episode
+    wave = _plan(separate=False, envs=16)
+    wave.guess(200, 500, 1_000.0)
+    assert wave.rescoring() == pytest.approx(500 * 16 / 1_000.0)
+    wave.observe(_evaluation(seconds=3.0))
+    assert wave.rescoring() == 3.0
+
+
+class FakeRun:
+    workers, step = 1, 0
+
+    def __init__(self):
+        self.stopped = False
+
+    def global_step(self):
+        return self.step
+
+    def checkpoint_state(self, _):
+        return None
+
+    def stop(self):
+        self.stopped = True
+
+
+class FakeEvaluator:
+    busy, episodes, confirm, progress = False, 10, None, None
+
+    def __init__(self):
+        self.asked = []
+
+    def submit(self, index, step, wall, snap):
+        self.asked.append(step)
+        return True
+
+    def results(self):
+        return []
+
+
+def test_training_stops_the_reserve_before_the_limit_and_starts_no_evaluation_it_would_cut(
+    tmp_path,
+):
+    """Training stops when the time left reaches the reserve (recorded in the outcome); a
+    periodic evaluation due so close to the stop that it would still be playing then is not
+    started (the final evaluation takes its place)."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=100)
+    left = [1_000.0]
+    plan = _plan()
+    plan.left = lambda: left[0]  # type: ignore[method-assign]
+    plan.observe(_evaluation(seconds=10.0))  # reserve 60 s, a screen 10 s
+    run, ev = FakeRun(), FakeEvaluator()
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
+        run.step = 100
+        sup.maybe_evaluate()
+        sup.maybe_end_on_time()
+        assert ev.asked == [100] and not sup.stopping
+        left[0] = 60.0 + 9.0  # a screen (10 s) would outlast training's stop (at 60 s left)
+        run.step = 200
+        sup.maybe_evaluate()
+        assert ev.asked == [100]
+        sup.maybe_end_on_time()
+        assert not sup.stopping
+        left[0] = 60.0
+        sup.maybe_end_on_time()
+        assert sup.stopping and run.stopped
+        assert sup.outcome.ended is Ended.TIME_LIMIT and sup.outcome.reserved == 60.0
+        # a confirmation under way with 90 episodes to go (45 s on the 2 processes): training
+        # stops that much earlier, so that it can finish
+        run, ev = FakeRun(), FakeEvaluator()
+        sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
+        ev.busy, ev.progress = True, ("confirmation", 10, 100, 0.0)
+        left[0] = 60.0 + 46.0
+        sup.maybe_end_on_time()
+        assert not sup.stopping
+        left[0] = 60.0 + 45.0
+        sup.maybe_end_on_time()
+        assert sup.stopping and sup.outcome.reserved == 105.0
+
+
+def test_a_cut_short_evaluation_counts_for_nothing_and_is_recorded(tmp_path):
+    """Its episodes are the ones that ended first (the short ones): no row, no best model, no
+    try of the stop rule, even where its mean would pass; the outcome records it."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False)
+    saved = []
+    with Monitor(RunDir(tmp_path), cfg, target_return=1.0) as monitor:
+        sup = Supervisor(cfg, FakeRun(), monitor, lambda *a: None, save_best=saved.append)  # type: ignore[arg-type]
+        cut = _evaluation(seconds=3.0, episodes=7, confirmed=True, cut=True)
+        sup.evaluated(cut)
+        assert monitor.best_eval is None and monitor.tries == 0 and not monitor.solved
+        assert saved == [] and not sup.stopping
+        record = {"evaluation": 0, "global_step": 100, "stage": "confirmation"}
+        assert sup.outcome.cut_short == [record | {"episodes": 7, "planned": 100, "seconds": 3.0}]
+    assert (tmp_path / "evaluations.csv").read_text().count("\n") == 1  # the header alone
+
+
+def test_the_deadline_cuts_a_confirmation_short():
+    """The evaluator's deadline passes once its confirmation is under way (a function of the
+    play, not of the clock): the confirmation comes back cut short, with what it planned."""
+    from asyncrl.algos import make_algorithm
+    from asyncrl.envs import probe_env
+    from asyncrl.messages import GlobalSnapshot
+    from asyncrl.models import build_model, flatten_parameters
+    from asyncrl.presets import preset
+
+    env = "asyncrl-test/Counter-v0"  # every episode returns 3: the screen reaches 0
+    cfg = preset(None, env=env).validate()
+    spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(env)))
+    flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
+    snap = GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
+
+    def deadline():
+        under_way = ev.progress
+        return 0.0 if under_way is not None and under_way[0] == "confirmation" else None
+
+    ev = evaluation.Evaluator(
+        spec, "a3c", env, {}, episodes=4, deterministic=True, seed=0, confirm=(0.0, 30),
+        deadline=deadline,
+    )  # fmt: skip
+    try:
+        assert ev.submit(0, 0, 0.0, snap)
+        (result,) = ev.wait()
+    finally:
+        ev.close()
+    assert result.cut_short and result.confirmed and result.planned == 30
+    assert result.returns == () and result.screen_seconds > 0
+
+
+def test_the_kept_model_is_rescored_and_printed_first(run_dir, capsys):
+    """summary.json reports the kept model's mean over --rescore-episodes new episodes, and
+    the CLI's last lines give it first; the selection statistics stay."""
+    args = ["train", "--steps", "3000", "--workers", "1", "--backend", "threads"]
+    args += ["--no-progress", "--eval-every", "1000", "--rescore-episodes", "20"]
+    assert main([*args, "--run-dir", str(run_dir)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["kept_model"] == "best_model.pt" and s["kept_model_episodes"] == 20
+    assert not s["kept_model_cut_short"] and s["kept_model_planned_episodes"] == 20
+    returns = asyncrl.evaluate(run_dir, episodes=1)  # (a run's file, as asyncrl.load gives it)
+    assert returns and s["kept_model_return"] is not None and s["best_eval_return"] is not None
+    assert lines[-3].startswith(
+        f"kept model (best_model.pt): mean return {s['kept_model_return']:.1f}"
+    )
+    assert lines[-3].endswith("over 20 new episodes") and lines[-2].startswith("not solved")
+    # none with 0
+    assert main([*args[:-1], "0", "--run-dir", str(run_dir.with_name("none"))]) == 0
+    s = json.loads((run_dir.with_name("none") / "summary.json").read_text())
+    assert s["kept_model"] is None and s["kept_model_episodes"] == 0
+    assert "kept model" not in capsys.readouterr().out
+
+
+def test_a_time_limit_bounds_the_whole_process_and_records_what_it_cut(tmp_path):
+    """Episodes of a known length (20 steps of 10 ms, Slow-v0) and a target they reach, so the
+    stop rule's confirmation begins: its 100 episodes, a final evaluation and a re-scoring of
+    100 cannot all fit in 12 s. Training stops its reserve before the limit, and what the
+    limit then cuts is recorded: the process (imports and all) ends well within 30 s of the
+    limit. (The recorded decisions are asserted; of the clock, only that bound.)"""
+    run_dir = tmp_path / "run"
+    args = ["train", "--env", SLOW, "--workers", "1", "--backend", "threads"]
+    args += ["--envs-per-worker", "2", "--window", "10", "--target-return", "20"]
+    args += ["--time-limit", "12s", "--no-progress", "--run-dir", str(run_dir)]
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "asyncrl.cli", *args],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["ended"] == "time_limit" and not s["solved"]
+    assert s["time_reserved_seconds"] > 0
+    # the re-scoring did not fit: cut short, and said so
+    assert s["kept_model_cut_short"] and s["kept_model_episodes"] < 100
+    assert "re-scoring cut short by the time limit" in proc.stderr
+    # and neither did the confirmation (or the final evaluation) after it
+    assert s["evaluations_cut_short"], s
+    assert "re-scoring the kept model" in proc.stderr
+    assert seconds < 12 + 30, (seconds, proc.stderr)
+
+
+def test_a_confirmation_that_solves_after_training_stopped_on_time_keeps_its_model(tmp_path):
+    """Training stopped on time with a confirmation under way, which then meets the rule: the
+    run is solved, its model kept, and no final evaluation of later parameters replaces it."""
+    from types import SimpleNamespace
+
+    confirmation = evaluation.Evaluation(
+        0, 500, 1.0, (20.0,) * 100, 9.0, None, None, True, 1.0
+    )  # mean 20, no spread: over the target 10 at any margin
+
+    class Waited(FakeEvaluator):
+        def wait(self, give_up, tick):
+            return [confirmation]
+
+    cfg = asyncrl.Config(progress=False, tensorboard=False)
+    saved, ev = [], Waited()
+    with Monitor(RunDir(tmp_path), cfg, target_return=10.0) as monitor:
+        sup = Supervisor(
+            cfg, FakeRun(), monitor, lambda *a: None, evaluator=ev, save_best=saved.append,
+            plan=_plan(),
+        )  # type: ignore[arg-type]  # fmt: skip
+        sup.end(Ended.TIME_LIMIT)
+        sup.outcome.glob = SimpleNamespace(steps=10_000)  # later than the confirmation's
+        sup.final_evaluation()
+        assert monitor.solved and monitor.solved_by == "eval"
+        assert saved == [confirmation] and ev.asked == []
+        assert sup.outcome.ended is Ended.TIME_LIMIT
+
+
+def test_spawned_processes_play_the_same_episodes(monkeypatch):
+    """Where the main process is a Ray driver the processes are spawned, not forked (its gRPC
+    threads): they build the policy from a pickled copy of its source and play the same."""
+    from asyncrl import parallel
+
+    monkeypatch.setattr(parallel, "_start_method", lambda: "spawn")
+    seeds = held_out_seeds(2, 4)
+    assert play_parallel(_Fresh(SEPARATE), seeds, 2) == _alone(SEPARATE, seeds)
+    assert multiprocessing.active_children() == []
