@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from asyncrl.distributions import Categorical, DiagGaussian, distribution_for, sample_categorical
+from asyncrl.distributions import (
+    Categorical,
+    DiagGaussian,
+    bound_excess,
+    distribution_for,
+    sample_categorical,
+)
 from asyncrl.envs import ActionSpace
 from tests.oracles import spec_for, spec_of
 
@@ -334,3 +340,26 @@ def test_each_part_of_a_multi_discrete_action_keeps_to_its_own_mask():
     np.testing.assert_allclose(logp, np.log(0.5), rtol=1e-6)  # 1/2 x 1
     torch.testing.assert_close(d.entropy(), torch.full((10_000,), math.log(2)))
     assert d.mode()[0].tolist() == [0, 1]
+
+
+def test_the_bound_penalty_is_zero_inside_the_bounds_and_pulls_a_mean_past_them_back():
+    """--bound-coef: (|mean - mid| / half - 1)^2 past the bounds, summed over dimensions, in
+    half-ranges; nothing for a squashed Gaussian (tanh keeps it inside) or Discrete actions."""
+    box = ActionSpace("box", shape=(2,), low=(-2.0, 0.0), high=(2.0, 1.0))
+    mean = torch.tensor([[1.9, 0.5], [3.0, 0.5], [-4.0, 1.5]], requires_grad=True)
+    dist = DiagGaussian(mean, torch.ones(3, 2))
+    excess = bound_excess(box, dist)
+    assert excess is not None
+    # 3.0 is half a half-range past 2; -4.0 one whole one past -2, and 1.5 one past 1
+    torch.testing.assert_close(excess, torch.tensor([0.0, 0.25, 2.0]))
+    excess.sum().backward()
+    assert mean.grad is not None and mean.grad[0].abs().sum() == 0.0  # inside: no push at all
+    assert mean.grad[1, 0] > 0 and mean.grad[2, 0] < 0 and mean.grad[2, 1] > 0  # back inside
+    squashed = distribution_for(
+        ActionSpace("box", shape=(2,), low=(-2.0, 0.0), high=(2.0, 1.0), squash=True),
+        torch.zeros(3, 4),
+    )
+    assert bound_excess(box, squashed) is None
+    assert bound_excess(ActionSpace("discrete", n=3), Categorical(torch.zeros(3, 3))) is None
+    unbounded = ActionSpace("box", shape=(1,), low=(-math.inf,), high=(math.inf,))
+    assert bound_excess(unbounded, DiagGaussian(torch.zeros(3, 1), torch.ones(3, 1))) is None
