@@ -45,7 +45,7 @@ Imports no PyTorch.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -218,20 +218,29 @@ class ObsLayout:
         as in the space (only the leaves kept), each leaf in the space's dtype (a view where
         that is the packed dtype and no start is added back)."""
         rows = np.asarray(rows)
-        tree: dict[Any, Any] = {}
+        values = []
         for leaf in self.leaves:
             v = self.leaf_values(rows, leaf)
             if leaf.start and any(leaf.start):  # (an array, where a 0-d sum gives a scalar)
                 v = np.asarray(v.astype(np.int64) + np.asarray(leaf.start).reshape(leaf.shape))
             if v.dtype != np.dtype(leaf.dtype):
                 v = v.astype(leaf.dtype)
-            if not leaf.path:
-                return v
-            node = tree
-            for key in leaf.path[:-1]:
-                node = node.setdefault(key, {})
-            node[leaf.path[-1]] = v
-        return _as_tuples(tree)
+            values.append((leaf, v))
+        return nest(values)
+
+
+def nest(values: Iterable[tuple[ObsLeaf, Any]]) -> Any:
+    """The leaves' ``values`` (arrays or tensors) in the space's structure: dicts by key,
+    tuples by index; a single leaf with no path (a Discrete observation, say) is the value."""
+    tree: dict[Any, Any] = {}
+    for leaf, v in values:
+        if not leaf.path:
+            return v
+        node = tree
+        for key in leaf.path[:-1]:
+            node = node.setdefault(key, {})
+        node[leaf.path[-1]] = v
+    return _as_tuples(tree)
 
 
 def _lookup(obs: Any, leaf: ObsLeaf) -> Any:

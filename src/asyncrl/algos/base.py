@@ -230,25 +230,39 @@ def model_spec_for(
             "nothing from it: drop the flag or pass --precision float32"
         )
     return ModelSpec(
-        kind=kind,
+        **_beside_the_encoder(cfg, kind, info, reward_scale, image),
         obs_clip=cfg.obs_clip if cfg.normalize_obs else 0.0,
-        # (the Gaussian's options where given; ModelSpec holds their defaults)
-        **{n: v for n in ("gaussian_std", "log_std_init") if (v := getattr(cfg, n)) is not None},
-        core=cfg.core,
-        prev_action_reward=cfg.prev_action_reward,
-        reward_clip=info.reward_clip if cfg.prev_action_reward else 0.0,
-        reward_scale=reward_scale if cfg.prev_action_reward else 1.0,
-        core_size=cfg.lstm_size or (256 if image else 128),
-        obs_shape=info.obs_shape,
-        obs_dtype=info.obs_dtype,
-        action=dataclasses.replace(info.action, squash=cfg.squash),
         # (the MLP's default width: the Q methods' larger, as the paper's value networks)
         hidden=tuple(cfg.hidden or ((64, 64) if kind == "actor-critic" else (128, 128))),
         shared_trunk=cfg.shared_trunk if cfg.shared_trunk is not None else image,
         encoder=encoder,
         channels_last=channels_last,
         precision=precision,
+    )
+
+
+def _beside_the_encoder(
+    cfg: ModelSettings,
+    kind: Literal["actor-critic", "q"],
+    info: EnvInfo,
+    reward_scale: float,
+    image: bool,
+) -> dict[str, Any]:
+    """The spec's fields that do not depend on the encoder, built-in or the user's: the
+    observation and its leaves, the action space, the Gaussian's options where given (ModelSpec
+    holds their defaults), the core and its context."""
+    return dict(
+        kind=kind,
+        obs_shape=info.obs_shape,
+        obs_dtype=info.obs_dtype,
         obs_leaves=() if info.obs_layout is None else info.obs_layout.leaves,
+        action=dataclasses.replace(info.action, squash=cfg.squash),
+        **{n: v for n in ("gaussian_std", "log_std_init") if (v := getattr(cfg, n)) is not None},
+        core=cfg.core,
+        core_size=cfg.lstm_size or (256 if image else 128),
+        prev_action_reward=cfg.prev_action_reward,
+        reward_clip=info.reward_clip if cfg.prev_action_reward else 0.0,
+        reward_scale=reward_scale if cfg.prev_action_reward else 1.0,
     )
 
 
@@ -272,18 +286,8 @@ def _user_encoder_spec(
         space = space_to_json(gym.spaces.Box(low, high, info.obs_shape, dtype))
     image = len(info.obs_shape) == 3
     return ModelSpec(
-        kind=kind,
-        core=cfg.core,
-        prev_action_reward=cfg.prev_action_reward,
-        reward_clip=info.reward_clip if cfg.prev_action_reward else 0.0,
-        reward_scale=reward_scale if cfg.prev_action_reward else 1.0,
-        core_size=cfg.lstm_size or (256 if image else 128),
-        **{n: v for n in ("gaussian_std", "log_std_init") if (v := getattr(cfg, n)) is not None},
-        obs_shape=info.obs_shape,
-        obs_dtype=info.obs_dtype,
-        action=dataclasses.replace(info.action, squash=cfg.squash),
+        **_beside_the_encoder(cfg, kind, info, reward_scale, image),
         shared_trunk=cfg.shared_trunk if cfg.shared_trunk is not None else True,
-        obs_leaves=() if info.obs_layout is None else info.obs_layout.leaves,
         encoder_class=cfg.encoder,
         encoder_kwargs=tuple(cfg.encoder_kwargs),
         obs_space=space,

@@ -41,7 +41,7 @@ from torch import nn
 
 from asyncrl.errors import UserError
 from asyncrl.models.spec import ModelSpec
-from asyncrl.spaces import ObsLeaf, space_from_json
+from asyncrl.spaces import ObsLeaf, nest, space_from_json
 
 DOCS = "docs/spaces.md#your-own-encoder"
 
@@ -184,19 +184,13 @@ class UserEncoder(nn.Module):
             return obs.reshape(-1, *self.obs_shape)
         rows = obs.reshape(-1, obs.shape[-1])
         n = rows.shape[0]
-        tree: dict[Any, Any] = {}
+        values = []
         for leaf, dtype, start in self._leaves:
             v = rows[:, leaf.offset : leaf.offset + leaf.size].reshape(n, *leaf.shape)
             if start is not None:
                 v = v.to(torch.int64) + start
-            v = v.to(dtype)
-            if not leaf.path:  # the whole observation is this one leaf (a Discrete, say)
-                return v
-            node = tree
-            for key in leaf.path[:-1]:
-                node = node.setdefault(key, {})
-            node[leaf.path[-1]] = v
-        return _nested(tree)
+            values.append((leaf, v.to(dtype)))
+        return nest(values)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(self.observation(obs))
@@ -204,14 +198,6 @@ class UserEncoder(nn.Module):
     def learning_layout(self, obs: np.ndarray) -> None:
         """Read as stored (see :meth:`asyncrl.models.ConvEncoder.learning_layout`)."""
         return None
-
-
-def _nested(tree: dict[Any, Any]) -> Any:
-    """Nested dicts with the Tuple levels (int keys) made tuples, as the space nests them."""
-    out = {k: _nested(v) if isinstance(v, dict) else v for k, v in tree.items()}
-    if out and all(isinstance(k, int) for k in out):
-        return tuple(out[i] for i in range(len(out)))
-    return out
 
 
 def what_forward_takes(space: Any) -> str:
