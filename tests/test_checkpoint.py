@@ -122,6 +122,7 @@ def test_an_env_state_may_build_only_classes_of_the_env_packages():
 def test_resume_refuses_a_toggled_normalize_obs(trained, resumed, fix, tmp_path, capsys):
     run_dir = train(tmp_path / "run", normalize_obs=trained)
     before = files(run_dir)
+    capsys.readouterr()  # (the run's own lines)
     assert main(["train", "--resume", str(run_dir), resumed]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -1151,6 +1151,7 @@ def test_bad_input_is_refused_before_ray_starts(args, needle, monkeypatch, tmp_p
             backend="threads", workers=1, steps=600, normalize_obs=True, progress=False,
             tensorboard=False, run_dir=str(run),
         )  # fmt: skip
+        capsys.readouterr()  # (the run's own lines)
         args = [str(run) if a == "RUN" else a for a in args]
     else:
         args = [*args, "--run-dir", str(run)]
