@@ -65,17 +65,23 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def _checked(where: str, key: str, name: str, value: Any) -> Any:
-    """``value`` for the option ``name`` as the config takes it, or one line on what is wrong."""
+def check_option_name(where: str, key: str, name: str, what: str = "option") -> None:
+    """One line where ``name`` (``key`` as written, in ``where``) is no option of the config's,
+    with the options it may have meant."""
     hints = field_hints()
     if name not in hints:
         close = [n for n in hints if n.split("_")[0] == name.split("_")[0]][:3]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise UserError(
-            f"{where}: unknown key {key!r}{hint}; the options are those of asyncrl train "
+            f"{where}: unknown {what} {key!r}{hint}; the options are those of asyncrl train "
             "--help, with _ for -"
         )
-    hint, optional = hints[name]
+
+
+def _checked(where: str, key: str, name: str, value: Any) -> Any:
+    """``value`` for the option ``name`` as the config takes it, or one line on what is wrong."""
+    check_option_name(where, key, name, "key")
+    hint, optional = field_hints()[name]
     if value is None and (optional or field_default(name) is None):
         return None
     want = _describe(hint)

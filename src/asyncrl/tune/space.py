@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncrl.config import Config, field_default, field_hints, misfits, reset_misfits
-from asyncrl.configfile import _checked
+from asyncrl.configfile import _checked, check_option_name
 from asyncrl.errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -240,17 +240,10 @@ def parse_space(text: str, source: str) -> Space:
         data = tomllib.loads(text)
     except ValueError as e:
         raise UserError(f"{where}: not a readable TOML file ({e})") from None
-    hints = field_hints()
     dims = []
     for key, spec in data.items():
         name = key.replace("-", "_")
-        if name not in hints:
-            close = [n for n in hints if n.split("_")[0] == name.split("_")[0]][:3]
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise UserError(
-                f"{where}: unknown option {key!r}{hint}; the options are those of asyncrl train "
-                "--help, with _ for -"
-            )
+        check_option_name(where, key, name)
         if name in NOT_TUNED:
             raise UserError(f"{where}: {key}: not searched by a tune ({NOT_TUNED[name]})")
         if not isinstance(spec, dict):
