@@ -4,6 +4,7 @@ of its own (a Dict observation with an action mask), Gymnasium's checker, then `
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -53,8 +54,11 @@ def test_the_page_checks_trains_evaluates_and_exports_its_env(user_dir):
     # the page's commands, on two workers and a fixed seed; generous: it solves in about 25k
     done = asyncrl_cli(*train[1:], "--seed", "0", "--workers", "2", "--no-progress")
     assert done.returncode == 0, done.stderr
-    summary = asyncrl.load("runs/corridor").evaluation
-    assert summary is not None
+    assert asyncrl.load("runs/corridor").evaluation is not None
+    # the run's own re-scoring of its kept model, on envs built as its training envs were
+    summary = json.loads(Path("runs/corridor/summary.json").read_text())
+    assert summary["kept_model_episodes"] == 100, summary
+    assert summary["kept_model_return"] >= 0.9, summary
     done = asyncrl_cli(*evaluate[1:], "--seed", "1000000")
     assert done.returncode == 0, done.stderr
 

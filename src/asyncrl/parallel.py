@@ -220,13 +220,12 @@ def _play_share(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     import torch
 
-    from asyncrl.envs import make_eval_vec_env
     from asyncrl.policy import play_episodes
 
     torch.set_num_threads(1)  # one core's worth each, as a worker's
     try:
         policy = source.build()
-        envs = make_eval_vec_env(policy.env_id, len(seeds), seeds[0], policy.env_kwargs)
+        envs = policy.eval_envs(len(seeds), seeds[0])
         try:
             rng = np.random.default_rng(np.random.SeedSequence(rng_seed).spawn(k + 1)[k])
             play_episodes(

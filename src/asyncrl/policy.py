@@ -58,6 +58,21 @@ class Policy:
         self.source: Path | None = None  # the file it was loaded from (asyncrl.load)
         self.evaluation: dict[str, Any] | None = None  # the best evaluation, for best_model.pt
 
+    def eval_envs(self, episodes: int, seed: int) -> Any:
+        """Evaluation envs for ``episodes`` episodes from ``seed``
+        (:func:`asyncrl.envs.make_eval_vec_env`), built as the policy's training envs were:
+        its observations packed into the rows it learnt from, its action masks in the info."""
+        from asyncrl.envs import make_eval_vec_env
+
+        return make_eval_vec_env(
+            self.env_id,
+            episodes,
+            seed,
+            self.env_kwargs,
+            self.spec.obs_layout,
+            self.spec.action.masked,
+        )
+
     def reset(self) -> None:
         """Forget the core's state: call it when an episode starts (``evaluate`` does)."""
         self.state = None
@@ -447,7 +462,7 @@ def evaluate(
     generator seeded by ``seed``: the same call gives the same returns. With ``video``, the
     episodes are played one after the other on one env and recorded to that MP4 file (H.264,
     plays in browsers)."""
-    from asyncrl.envs import make_eval_env, make_eval_vec_env
+    from asyncrl.envs import make_eval_env
 
     check_evaluation(episodes, seed)
     policy = load(run_dir, which)
@@ -458,14 +473,7 @@ def evaluate(
     rng = np.random.default_rng(seed)
     if video is None:
         with _runnable(policy.env_id):
-            envs = make_eval_vec_env(
-                policy.env_id,
-                episodes,
-                seed,
-                policy.env_kwargs,
-                policy.spec.obs_layout,
-                policy.spec.action.masked,
-            )
+            envs = policy.eval_envs(episodes, seed)
         try:
             return play_episodes(
                 policy, envs, [seed + i for i in range(episodes)], deterministic, rng

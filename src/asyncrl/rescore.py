@@ -242,9 +242,7 @@ def rescore_kept_model(
                 on_episode=record,
             )  # fmt: skip
         else:
-            from asyncrl.envs import make_eval_vec_env
-
-            envs = make_eval_vec_env(policy.env_id, episodes, seeds[0], policy.env_kwargs)
+            envs = policy.eval_envs(episodes, seeds[0])
             try:
                 rng = np.random.default_rng([seed, HELD_OUT_STREAM])
                 play_episodes(
