@@ -233,7 +233,11 @@ def fake_runs(tmp_path, monkeypatch):
     plan: dict = {"delay": 0.05}
 
     def command(config, run_dir, seed, preset):
-        (folder / "plan.json").write_text(json.dumps(plan))
+        # written whole, then swapped in: with two trials at a time, one run reads the plan
+        # while the other trial's start writes it (a truncated file is a JSONDecodeError)
+        part = folder / f"plan.{threading.get_ident()}.json"
+        part.write_text(json.dumps(plan))
+        os.replace(part, folder / "plan.json")
         return [sys.executable, str(folder / "fake.py"), str(config), str(run_dir), str(seed)]
 
     monkeypatch.setattr(process, "train_command", command)
