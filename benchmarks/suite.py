@@ -467,6 +467,8 @@ def measure(
         "precision": summary.get("precision", policy.spec.precision),
         "model": policy.source.name if policy.source else "model.pt",
         "final_train_mean": summary.get("rolling_return"),
+        # the run's own re-scoring of the model it kept, within its time (asyncrl.rescore)
+        **{k: summary.get(k) for k in ("kept_model", "kept_model_return", "kept_model_episodes")},
         "final_eval": statistics.fmean(returns),
         "final_eval_returns": returns,
         "curve_steps": grid.tolist(),
