@@ -57,34 +57,46 @@ def test_evaluations_are_rows_and_the_best_is_kept(backend, run_dir):
 
 
 def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, monkeypatch):
-    """A scheduled stand-in for the episodes: evaluation k scores SCHEDULE[k] whatever the
-    policy, so the second one is the best; best_model.pt must hold the parameters that
-    evaluation read, not the last ones, nor those of any other evaluation."""
-    schedule = [1.0, 5.0, 3.0, 2.0, 4.0, 0.0, 0.0, 0.0]
+    """A scheduled stand-in for the episodes: the k-th play scores SCHEDULE[k] whatever the
+    policy. The first screen (1) keeps its model; the second beats it (5), so new episodes
+    re-screen it (4), and it is kept on those; the third does not beat 4 (3); the fourth does (6)
+    but its re-screen does not (2). best_model.pt must hold the parameters the second
+    evaluation read, not the last ones, nor those of any other evaluation, and each row the
+    mean its model was kept or not on. Each play has new starts."""
+    schedule = [1.0, 5.0, 4.0, 3.0, 6.0, 2.0, 0.0, 0.0, 0.0, 0.0]
     seen: dict[int, np.ndarray] = {}
-    calls = []
+    starts: list[list[int]] = []
 
     def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
-        k = len(calls)
-        calls.append(k)
+        k = len(starts)
+        starts.append(list(seeds))
         seen[k] = params(policy.model)
         return [schedule[k]] * len(seeds)
 
     monkeypatch.setattr(evaluation, "play_episodes", scheduled)
-    asyncrl.train(backend="threads", target_return=1e9, run_dir=str(run_dir), **QUICK)
+    summary = asyncrl.train(
+        backend="threads", target_return=1e9, run_dir=str(run_dir), **{**QUICK, "steps": 9_000}
+    )
     evals = rows(run_dir)
-    assert [float(r["mean"]) for r in evals] == schedule[: len(evals)]
+    assert len(evals) >= 4
+    assert [float(r["mean"]) for r in evals[:4]] == [1.0, 4.0, 3.0, 2.0]
+    assert all(int(r["episodes"]) == 10 for r in evals)
+    assert len(starts) == len(evals) + 2  # two re-screens
+    flat = [s for play in starts for s in play]
+    assert len(set(flat)) == len(flat)
     best = asyncrl.load(run_dir, "best")
     best_params = params(best.model)
-    np.testing.assert_array_equal(best_params, seen[1])
+    np.testing.assert_array_equal(seen[1], seen[2])  # the screen's parameters, re-screened
+    np.testing.assert_array_equal(best_params, seen[2])
     assert best.evaluation == {
         "global_step": int(evals[1]["global_step"]),
-        "mean": 5.0,
+        "mean": 4.0,
         "episodes": 10,
     }
+    assert summary["best_eval_return"] == 4.0
     last = params(asyncrl.load(run_dir, "last").model)
     assert not np.array_equal(best_params, last)
-    np.testing.assert_array_equal(last, seen[len(evals) - 1])  # the final evaluation's
+    np.testing.assert_array_equal(last, seen[len(starts) - 1])  # the final evaluation's
 
 
 def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monkeypatch):

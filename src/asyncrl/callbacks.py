@@ -81,13 +81,17 @@ class EvaluationEvent:
     std_return: float
     min_return: float
     max_return: float
-    #: episodes played (a confirmation's, where ``confirmed``)
+    #: episodes played (a confirmation's, where ``confirmed``; a re-screen's, where
+    #: ``rescreened``)
     episodes: int
     returns: tuple[float, ...] = field(repr=False)
     #: the best evaluation so far (or the one that met the stop rule): kept as best_model.pt
     is_best: bool
     #: the screen reached the target and these are the confirmation's episodes
     confirmed: bool
+    #: the screen beat the kept model's score and these are a re-screen's new episodes, on
+    #: which the model is kept or not (docs/evaluation.md#the-best-model)
+    rescreened: bool
     #: this evaluation met the ``--stop-on eval`` rule: the run stops on it
     solved: bool
     #: the evaluation's own seconds

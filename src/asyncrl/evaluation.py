@@ -90,16 +90,31 @@ class Evaluation:
     snapshot: GlobalSnapshot | None = field(default=None, repr=False, compare=False)
     error: str | None = None  # the evaluation failed (the run goes on without it)
     confirmed: bool = False  # the screen reached the target: ``returns`` are the confirmation's
-    screen_seconds: float = 0.0  # the screen's own time (what a periodic evaluation costs)
+    # the screen's own time, its re-screen's included (what a periodic evaluation costs)
+    screen_seconds: float = 0.0
     # the run's time ran out before the screen (or, ``confirmed``, the confirmation) ended: the
     # episodes that did are ``returns``, of ``planned``; it counts for nothing (the ones that
     # ended first are the short ones)
     cut_short: bool = False
     planned: int = 0
+    # the screen beat the kept model's score without reaching the target: ``returns`` are a
+    # re-screen's, as many new episodes (Evaluator)
+    rescreened: bool = False
 
     @property
     def mean(self) -> float:
         return statistics.fmean(self.returns)
+
+    @property
+    def stage(self) -> str:
+        """What ``returns`` are: a "screen"'s, a "re-screen"'s or a "confirmation"'s."""
+        return "confirmation" if self.confirmed else "re-screen" if self.rescreened else "screen"
+
+    @property
+    def played(self) -> int:
+        """The episodes played in all: a re-screen's screen too (a confirmation's screen is
+        in ``screen_seconds``, and not counted here)."""
+        return len(self.returns) * (2 if self.rescreened else 1)
 
     @property
     def std(self) -> float:
@@ -124,7 +139,14 @@ class Evaluator:
     episodes and reports theirs instead: a screen, then a confirmation.
     Ten episodes are cheap but too few to stop on: a run evaluates often and stops on the first
     pass, so a policy below the target gets many tries at a lucky ten (a CartPole run on a CI
-    machine kept one whose ten passed 475 and whose next twenty averaged 455)."""
+    machine kept one whose ten passed 475 and whose next twenty averaged 455).
+
+    For the same reason they are too few to keep a model on: an evaluation whose screen beats
+    :attr:`bar` (the kept model's score) without reaching the target plays as many new episodes
+    and reports theirs instead, a re-screen. The kept model is replaced only where those, which
+    nothing selected, beat it too, and its score is theirs (a Pendulum run kept a model whose
+    lucky screen scored -134.9 and whose 100 new episodes averaged -348.8). SB3's
+    ``EvalCallback`` keeps the best of single screens."""
 
     def __init__(
         self,
@@ -142,6 +164,9 @@ class Evaluator:
         self.spec, self.algo, self.env_id, self.env_kwargs = spec, algo, env_id, env_kwargs
         self.episodes, self.deterministic, self.seed = episodes, deterministic, seed
         self.confirm = confirm
+        #: the kept model's score (None: no model kept yet), read when a screen ends: a screen
+        #: that beats it is re-screened (set by the trainer to the monitor's best evaluation)
+        self.bar: Callable[[], float | None] = lambda: None
         #: when the run's time for evaluations ends (a time.perf_counter instant, or None): an
         #: evaluation still playing then is cut short (read at every step: the plan changes)
         self.deadline = deadline
@@ -244,11 +269,12 @@ class Evaluator:
                         flat = flatten_parameters(model)
                         policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
                     load_snapshot(policy.model, flat, snap)
-                    returns, confirmed, screen, cut = self._play(policy, envs_for, index, rng, snap)
+                    returns, stage, screen, cut = self._play(policy, envs_for, index, rng, snap)
                     seconds = time.perf_counter() - t0
                     ev = Evaluation(
-                        index, step, wall, tuple(returns), seconds, snap, None, confirmed, screen,
-                        cut is not None, cut or 0,
+                        index, step, wall, tuple(returns), seconds, snap, None,
+                        stage == "confirmation", screen, cut is not None, cut or 0,
+                        stage == "re-screen",
                     )  # fmt: skip
                 except Stopped:  # close(): nobody waits for this answer
                     break
@@ -266,24 +292,31 @@ class Evaluator:
         index: int,
         rng: np.random.Generator,
         snap: GlobalSnapshot,
-    ) -> tuple[list[float], bool, float, int | None]:
-        """The screen's returns; where they reach the target, the confirmation's instead (new
-        episodes: the screen's were picked for passing, so they would bias the mean up). And
-        whether it was confirmed, the screen's seconds, and where the deadline cut the screen
-        or the confirmation short, the episodes it planned (None where nothing was cut)."""
+    ) -> tuple[list[float], str, float, int | None]:
+        """The screen's returns; where they reach the target, the confirmation's instead, and
+        where they beat the kept model's score (:attr:`bar`), a re-screen's: new episodes, for
+        the screen's were picked for passing and would bias the mean up. And the stage the
+        returns are of (:attr:`Evaluation.stage`), the screen's seconds (a re-screen's
+        included), and where the deadline cut a stage short, the episodes it planned (None
+        where nothing was cut)."""
         t0 = time.perf_counter()
-        n = self.confirm[1] if self.confirm else 0
-        seeds = eval_seeds(self.seed, index, self.episodes + n)
-        returns, cut = self._episodes("screen", policy, envs_for, seeds[: self.episodes], rng, snap)
-        screen = time.perf_counter() - t0
+        m, n = self.episodes, self.confirm[1] if self.confirm else 0
+        # the confirmation's seeds, then the re-screen's: each evaluation's own, never a
+        # screen's or another evaluation's (eval_seeds)
+        seeds = eval_seeds(self.seed, index, m + max(n, m))
+        returns, cut = self._episodes("screen", policy, envs_for, seeds[:m], rng, snap)
         if cut:
-            return returns, False, screen, self.episodes
-        if self.confirm is None or statistics.fmean(returns) < self.confirm[0]:
-            return returns, False, screen, None
-        more, cut = self._episodes(
-            "confirmation", policy, envs_for, seeds[self.episodes :], rng, snap
-        )
-        return more, True, screen, n if cut else None
+            return returns, "screen", time.perf_counter() - t0, m
+        mean = statistics.fmean(returns)
+        if self.confirm is not None and mean >= self.confirm[0]:
+            screen = time.perf_counter() - t0
+            more, cut = self._episodes("confirmation", policy, envs_for, seeds[m:], rng, snap)
+            return more, "confirmation", screen, n if cut else None
+        bar = self.bar()
+        if bar is None or mean <= bar:
+            return returns, "screen", time.perf_counter() - t0, None
+        more, cut = self._episodes("re-screen", policy, envs_for, seeds[m : 2 * m], rng, snap)
+        return more, "re-screen", time.perf_counter() - t0, m if cut else None
 
     def _episodes(
         self,

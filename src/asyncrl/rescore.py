@@ -85,10 +85,12 @@ class TimePlan:
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
         if training:
             seconds /= max(1.0, (self.workers + 1) / self.cores)
+        # (a re-screen's evaluation played its screen too, as a wave of its own)
         if self.separate:
-            self.per_episode = seconds / len(ev.returns)
+            self.per_episode = seconds / ev.played
         else:
-            self.per_episode = seconds / math.ceil(len(ev.returns) / EVAL_WAVE)
+            waves = math.ceil(len(ev.returns) / EVAL_WAVE) * (2 if ev.rescreened else 1)
+            self.per_episode = seconds / waves
         self.measured = True
 
     def guess(self, mean_steps: float, most_steps: int, steps_per_second: float) -> None:
@@ -125,8 +127,9 @@ class TimePlan:
         return worth_processes(self.processes, self.playing(episodes, 1))
 
     def screen(self) -> float:
-        """The expected seconds of a screen during training (one thread)."""
-        return self.playing(self.eval_episodes, 1)
+        """The expected seconds of an evaluation during training (one thread) that does not
+        reach the target: its screen and, where that beats the kept model, its re-screen."""
+        return self.playing(2 * self.eval_episodes, 1)
 
     def reserve(self, final_evaluation: bool, under_way: int = 0) -> float:
         """The seconds training leaves before the limit: its stop, the ``under_way`` episodes
@@ -134,8 +137,8 @@ class TimePlan:
         training frees, rather than being cut short), a final evaluation (where the run makes
         one) and the re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
         want = self.stopping() + self.playing(under_way) + self.rescoring()
-        if final_evaluation:
-            want += self.playing(self.eval_episodes)
+        if final_evaluation:  # (its screen and a re-screen)
+            want += self.playing(2 * self.eval_episodes)
         return min(want, RESERVE_SHARE * self.seconds)
 
     def stopping(self) -> float:
@@ -147,7 +150,8 @@ class TimePlan:
         the reserve's cap squeezes them, what the cap leaves after the stop and the final
         evaluation (the re-scoring is then cut short, rather than the evaluations before it,
         which pick the model it scores)."""
-        cap = RESERVE_SHARE * self.seconds - self.stopping() - self.playing(self.eval_episodes)
+        final = self.playing(2 * self.eval_episodes)
+        cap = RESERVE_SHARE * self.seconds - self.stopping() - final
         return max(0.0, min(self.rescoring(), cap))
 
     def left(self) -> float | None:

@@ -232,6 +232,8 @@ class Supervisor:
         ev, under_way = self.evaluator, 0
         if ev is not None and ev.busy and (progress := ev.progress) is not None:
             under_way = progress[2] - progress[1]
+            if progress[0] == "screen":  # and a re-screen, where it beats the kept model
+                under_way += ev.episodes
         reserve = plan.reserve(final_evaluation=ev is not None, under_way=under_way)
         left = plan.left()
         if left is not None and left <= reserve:
@@ -391,7 +393,7 @@ class Supervisor:
         if result.cut_short:
             # the episodes that ended first are the short ones, and a confirmation of fewer
             # episodes is not the rule's: it counts for nothing (no row, no best, no try)
-            stage = "confirmation" if result.confirmed else "screen"
+            stage = result.stage
             n = len(result.returns)
             self.monitor.log(
                 f"evaluation {result.index}: the time limit cut its {stage} short at {n} of "
@@ -540,6 +542,7 @@ def _event(ev: Evaluation, best: bool, solved: bool) -> EvaluationEvent:
         returns=ev.returns,
         is_best=best,
         confirmed=ev.confirmed,
+        rescreened=ev.rescreened,
         solved=solved,
         seconds=ev.seconds,
     )

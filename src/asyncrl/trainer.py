@@ -233,6 +233,8 @@ def _run(
         run = make_run(backend, info, spec, state)
         plan = _time_plan(cfg, t0, ckpt, n_workers)
         evaluator = _evaluator(cfg, spec, monitor.target, plan)
+        if evaluator is not None:  # the kept model's score, which a new one must beat twice
+            evaluator.bar = lambda: None if monitor.best_eval is None else monitor.best_eval[0]
         supervisor = Supervisor(
             cfg.section(SupervisorSection),
             run,
