@@ -831,26 +831,30 @@ def estimate_section(
         f"{plan.regressions[0].error:g}% on the published algorithms it was fitted to.",
         "",
         "| game | weight | last 100 games, per seed | median | human-normalised | above random "
-        "| A3C FF, 1 day, 16 cores (human starts) | below it | kept model re-scored (median) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| A3C FF, 1 day, 16 cores (human starts) | below it | final evaluation (median) "
+        "| kept model, the run's re-scoring (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in (t for t in tasks if t.game in weights):
         rs = sorted((r for r in rows if r["task"] == task.name), key=lambda r: r["seed"])
         means = [r["final_train_mean"] for r in rs if r.get("final_train_mean") is not None]
         if not means or task.human is None:
             lines.append(f"| {task.game} | {weights[task.game]:.3f} | no run yet | | | | "
-                         f"{task.target:,.1f} | | |")  # fmt: skip
+                         f"{task.target:,.1f} | | | |")  # fmt: skip
             continue
         med = statistics.median(means)
         rand = task.human[0]
         hn = float(atari5.normalised(med, *task.human))
         per_seed = ", ".join(f"{r['final_train_mean']:,.1f} ({r['seed']})" for r in rs
                              if r.get("final_train_mean") is not None)  # fmt: skip
-        kept = [r["final_eval"] for r in rs if r.get("final_eval") is not None]
+        finals = [r["final_eval"] for r in rs if r.get("final_eval") is not None]
+        # (rows from before the store recorded it have none)
+        kept = [r["kept_model_return"] for r in rs if r.get("kept_model_return") is not None]
         lines.append(
             f"| {task.game} | {weights[task.game]:.3f} | {per_seed} | {med:,.1f} | {hn:.1f}% | "
             f"{sum(m > rand for m in means)} / {len(means)} | {task.target:,.1f} | "
             f"{'yes' if med < task.target else 'no'} | "
+            f"{fmt(statistics.median(finals)) if finals else '-'} | "
             f"{fmt(statistics.median(kept)) if kept else '-'} |"
         )
     human = {t.game: t.human for t in tasks if t.game and t.human}
@@ -865,12 +869,17 @@ def estimate_section(
             f"these runs have up to 30 no-op starts). The same regression on that A3C's own "
             f"five scores gives {fmt(own)}%."
         )
-    kept = estimate_of(suite, rows, seeds, "final_eval")
-    if kept.value is not None:
-        lines.append(
-            f"- From the kept models re-scored (the last model, on starts no run saw): "
-            f"{kept.value:.1f}% (95% CI {kept.low:.1f}-{kept.high:.1f}%)."
-        )
+    for key, what in (
+        ("final_eval", "the final evaluations (the suite's, of the last model, on starts no run "
+         "saw)"),
+        ("kept_model_return", "the kept models re-scored by their runs (best_model.pt, on 100 "
+         "starts no evaluation saw, within the hour)"),
+    ):  # fmt: skip
+        other = estimate_of(suite, rows, seeds, key)
+        if other.value is not None:
+            lines.append(
+                f"- From {what}: {other.value:.1f}% (95% CI {other.low:.1f}-{other.high:.1f}%)."
+            )
     lines += [f"- {n}." for n in notes]
     png = estimate_curve(suite, tasks, rows, out_dir / f"{stem}-estimate.png")
     if png is not None:
