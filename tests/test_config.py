@@ -26,7 +26,7 @@ def test_box_envs_pick_the_continuous_presets():
     assert auto_preset("HalfCheetah-v5") == "mujoco" == auto_preset("Hopper-v5")
     assert auto_preset("Pendulum-v1") == "control"
     assert auto_preset("CartPole-v1") == "cartpole"
-    # Box2D: Box actions pick box2d (a long horizon, not control's gamma 0.9); LunarLander's
+    # Box2D: Box actions pick box2d (a long horizon, not control's gamma 0.95); LunarLander's
     # discrete actions pick APPO over the vector-observation defaults, and classic control's
     # discrete tasks keep A3C's
     assert auto_preset("BipedalWalker-v3") == "box2d"

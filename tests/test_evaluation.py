@@ -57,13 +57,16 @@ def test_evaluations_are_rows_and_the_best_is_kept(backend, run_dir):
 
 
 def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, monkeypatch):
-    """A scheduled stand-in for the episodes: the k-th play scores SCHEDULE[k] whatever the
-    policy. The first screen (1) keeps its model; the second beats it (5), so new episodes
-    re-screen it (4), and it is kept on those; the third does not beat 4 (3); the fourth does (6)
-    but its re-screen does not (2). best_model.pt must hold the parameters the second
-    evaluation read, not the last ones, nor those of any other evaluation, and each row the
-    mean its model was kept or not on. Each play has new starts."""
-    schedule = [1.0, 5.0, 4.0, 3.0, 6.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    """A scheduled stand-in for the episodes: the k-th play scores PLAYS[k] whatever the
+    policy. Evaluation 0's screen (1) keeps its model. Evaluation 1's screen beats that (5), so
+    new episodes re-screen it (4) and the kept model plays the same starts (1.5): it is kept.
+    Evaluation 2's screen does not beat 4 (3). Evaluation 3's does (6), but on its re-screen's
+    starts it scores 2 where the kept model scores 3: the kept model stays, its score now
+    the mean of its 20 unselected episodes (3.5). Evaluation 4's screen beats that (3.7), and
+    its re-screen (3) beats the kept model on the same starts (2): it is kept, though 3 is
+    under 3.5. best_model.pt must hold the parameters evaluation 4 read, and each row the
+    re-screen's mean where there was one."""
+    plays = [1.0, 5.0, 4.0, 1.5, 3.0, 6.0, 2.0, 3.0, 3.7, 3.0, 2.0] + [0.0] * 10
     seen: dict[int, np.ndarray] = {}
     starts: list[list[int]] = []
 
@@ -71,32 +74,59 @@ def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, mon
         k = len(starts)
         starts.append(list(seeds))
         seen[k] = params(policy.model)
-        return [schedule[k]] * len(seeds)
+        return [plays[k]] * len(seeds)
 
     monkeypatch.setattr(evaluation, "play_episodes", scheduled)
     summary = asyncrl.train(
-        backend="threads", target_return=1e9, run_dir=str(run_dir), **{**QUICK, "steps": 9_000}
+        backend="threads", target_return=1e9, run_dir=str(run_dir), **{**QUICK, "steps": 13_000}
     )
     evals = rows(run_dir)
-    assert len(evals) >= 4
-    assert [float(r["mean"]) for r in evals[:4]] == [1.0, 4.0, 3.0, 2.0]
+    assert len(evals) >= 6
+    assert [float(r["mean"]) for r in evals[:6]] == [1.0, 4.0, 3.0, 2.0, 3.0, 0.0]
     assert all(int(r["episodes"]) == 10 for r in evals)
-    assert len(starts) == len(evals) + 2  # two re-screens
-    flat = [s for play in starts for s in play]
-    assert len(set(flat)) == len(flat)
+    assert len(starts) == len(evals) + 6  # three re-screens, each of two models
+    # the kept model plays its re-screen's starts; every other play has starts of its own
+    for rescreen, of_kept in ((2, 3), (6, 7), (9, 10)):
+        assert starts[of_kept] == starts[rescreen]
+    for kept, at in ((0, 3), (2, 7), (2, 10)):  # the kept model's parameters, played again
+        np.testing.assert_array_equal(seen[at], seen[kept])
+    own = [s for k, play in enumerate(starts) if k not in (3, 7, 10) for s in play]
+    assert len(set(own)) == len(own)
     best = asyncrl.load(run_dir, "best")
     best_params = params(best.model)
-    np.testing.assert_array_equal(seen[1], seen[2])  # the screen's parameters, re-screened
-    np.testing.assert_array_equal(best_params, seen[2])
+    np.testing.assert_array_equal(best_params, seen[9])
     assert best.evaluation == {
-        "global_step": int(evals[1]["global_step"]),
-        "mean": 4.0,
+        "global_step": int(evals[4]["global_step"]),
+        "mean": 3.0,
         "episodes": 10,
     }
-    assert summary["best_eval_return"] == 4.0
+    assert summary["best_eval_return"] == 3.0
     last = params(asyncrl.load(run_dir, "last").model)
     assert not np.array_equal(best_params, last)
     np.testing.assert_array_equal(last, seen[len(starts) - 1])  # the final evaluation's
+
+
+def test_the_kept_models_score_pools_its_unselected_episodes(tmp_path):
+    """A re-screen that loses the pair (a tie included) adds the kept model's episodes to its
+    score (the bar the next screen must beat); one that wins replaces it; a re-screen with no
+    pair (no model kept in this process: a resumed run) is compared with the score."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False)
+
+    def ev(returns, kept=(), rescreened=True):
+        return evaluation.Evaluation(
+            0, 100, 1.0, tuple(returns), 1.0, rescreened=rescreened, kept_returns=tuple(kept)
+        )
+
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        assert monitor.evaluation(ev([4.0] * 10, rescreened=False))
+        assert not monitor.evaluation(ev([6.0] * 10, kept=[7.0] * 10))
+        assert monitor.best_eval == (5.5, 100, 20)
+        assert not monitor.evaluation(ev([5.0] * 10, kept=[5.0] * 10))
+        assert monitor.best_eval == (pytest.approx(160 / 30), 100, 30)
+        assert monitor.evaluation(ev([3.0] * 10, kept=[2.0] * 10))
+        assert monitor.best_eval == (3.0, 100, 10)
+        assert monitor.evaluation(ev([3.5] * 10))
+        assert not monitor.evaluation(ev([3.0] * 10))
 
 
 def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monkeypatch):
@@ -659,6 +689,9 @@ def test_the_default_schedule_keeps_the_screens_within_their_share_of_the_run(tm
         def results(self):
             out, self.done = self.done, []
             return out
+
+        def keep(self, snap):
+            pass
 
     def finished(step, screen, confirmed=False, seconds=None):
         returns = (0.0,) * (100 if confirmed else 10)

@@ -118,11 +118,13 @@ def _plan(**kw):
     return TimePlan(**{**base, **kw})
 
 
-def _evaluation(seconds, episodes=10, confirmed=False, screen=0.0, cut=False, rescreened=False):
+def _evaluation(
+    seconds, episodes=10, confirmed=False, screen=0.0, cut=False, rescreened=False, kept=False
+):
     returns = tuple(float(i) for i in range(episodes))
     return evaluation.Evaluation(
         0, 100, 1.0, returns, seconds, None, None, confirmed, screen or seconds, cut, 100,
-        rescreened,
+        rescreened, returns if kept else (),
     )  # fmt: skip
 
 
@@ -136,10 +138,10 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     plan.observe(_evaluation(seconds=10.0))  # 1 s an episode, one thread
     plan.guess(200, 500, 10.0)  # (a measurement is not replaced by a guess)
     assert plan.per_episode == 1.0 and plan.measured
-    # 100 episodes on 2 processes, 10 of a final evaluation and 10 of its re-screen on 2, the
-    # stop; an evaluation during training is at most a screen and a re-screen on one thread
-    assert plan.rescoring() == 50.0 and plan.screen() == 20.0
-    assert plan.reserve(final_evaluation=True) == STOP_SECONDS + 10.0 + 50.0
+    # 100 episodes on 2 processes, 10 of a final evaluation and 10 of each model's re-screen on
+    # 2, the stop; an evaluation during training is at most those 30 on one thread
+    assert plan.rescoring() == 50.0 and plan.screen() == 30.0
+    assert plan.reserve(final_evaluation=True) == STOP_SECONDS + 15.0 + 50.0
     assert plan.reserve(final_evaluation=False) == STOP_SECONDS + 50.0
     # and the rest of an evaluation under way (a confirmation begun late: 30 episodes to go)
     assert plan.reserve(final_evaluation=False, under_way=30) == STOP_SECONDS + 15.0 + 50.0
@@ -148,10 +150,24 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     assert plan.per_episode == 0.4
     plan.observe(_evaluation(seconds=1.0, cut=True))
     assert plan.per_episode == 0.4
-    # a re-screen's seconds are its screen's too: 10 episodes reported, 20 played
+    # a re-screen's seconds are its screen's and the kept model's too: 10 episodes reported, 30
+    # played (20 where no model was kept in the process)
     plan.observe(_evaluation(seconds=10.0, rescreened=True))
     assert plan.per_episode == 0.5
+    plan.observe(_evaluation(seconds=15.0, rescreened=True, kept=True))
+    assert plan.per_episode == 0.5
     plan.observe(_evaluation(seconds=10.0))
+    # a model that stalls (a greedy Atari policy playing each game to the frame cap) is not
+    # the kept one: the re-scoring, and a re-screen's pair, are planned on the kept model's
+    stalled = _plan()
+    stalled.observe(_evaluation(seconds=10.0), kept=True)
+    stalled.observe(_evaluation(seconds=600.0))
+    assert stalled.per_episode == 60.0 and stalled.kept_per_episode == 1.0
+    assert stalled.rescoring() == 50.0
+    assert stalled.evaluation() == 10 * 60.0 / 2 + 20 * 1.0 / 2
+    assert stalled.screen() == 10 * 60.0 + 20 * 1.0
+    stalled.observe(_evaluation(seconds=30.0), kept=True)
+    assert stalled.rescoring() == 150.0
     # the evaluations end where the re-scoring's time begins; training stops before that
     assert plan.ends_at - plan.evaluations_end() == pytest.approx(plan.rescoring())
     # the reserve takes at most a share of the limit; then the re-scoring is what is squeezed
@@ -159,7 +175,7 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     short.observe(_evaluation(seconds=10.0))
     assert short.reserve(final_evaluation=True) == RESERVE_SHARE * 60.0
     assert short.stopping() == STOP_SHARE * 60.0  # (a short run's rollouts end quickly too)
-    assert short.rescoring_slot() == RESERVE_SHARE * 60.0 - STOP_SHARE * 60.0 - 10.0
+    assert short.rescoring_slot() == RESERVE_SHARE * 60.0 - STOP_SHARE * 60.0 - 15.0
     # an evaluation beside 2 workers on 2 cores had two thirds of a core: a process after
     # training is faster by that (one after training is not corrected)
     shared = _plan(workers=2, cores=2)
@@ -205,6 +221,9 @@ class FakeEvaluator:
     def results(self):
         return []
 
+    def keep(self, snap):
+        self.kept = snap
+
 
 def test_training_stops_the_reserve_before_the_limit_and_starts_no_evaluation_it_would_cut(
     tmp_path,
@@ -216,9 +235,9 @@ def test_training_stops_the_reserve_before_the_limit_and_starts_no_evaluation_it
     left = [1_000.0]
     plan = _plan()
     plan.left = lambda: left[0]  # type: ignore[method-assign]
-    plan.observe(_evaluation(seconds=10.0))  # a screen 10 s, and 10 more for a re-screen
+    plan.observe(_evaluation(seconds=10.0))  # a screen 10 s, and 20 more for a re-screen
     reserve = plan.reserve(final_evaluation=True)
-    assert reserve == STOP_SECONDS + 10.0 + 50.0 and plan.screen() == 20.0
+    assert reserve == STOP_SECONDS + 15.0 + 50.0 and plan.screen() == 30.0
     run, ev = FakeRun(), FakeEvaluator()
     with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
         sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
@@ -226,7 +245,7 @@ def test_training_stops_the_reserve_before_the_limit_and_starts_no_evaluation_it
         sup.maybe_evaluate()
         sup.maybe_end_on_time()
         assert ev.asked == [100] and not sup.stopping
-        left[0] = reserve + 19.0  # a screen and its re-screen would outlast training's stop
+        left[0] = reserve + 29.0  # a screen and its re-screen would outlast training's stop
         run.step = 200
         sup.maybe_evaluate()
         assert ev.asked == [100]
@@ -247,16 +266,17 @@ def test_training_stops_the_reserve_before_the_limit_and_starts_no_evaluation_it
         left[0] = reserve + 45.0
         sup.maybe_end_on_time()
         assert sup.stopping and sup.outcome.reserved == reserve + 45.0
-        # a screen under way with 4 episodes to go, and a re-screen of 10 maybe after it (7 s)
+        # a screen under way with 4 episodes to go, and maybe a re-screen of both models after
+        # it (24 episodes, 12 s on the 2 processes)
         run, ev = FakeRun(), FakeEvaluator()
         sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
         ev.busy, ev.progress = True, ("screen", 6, 10, 0.0)
-        left[0] = reserve + 7.5
+        left[0] = reserve + 12.5
         sup.maybe_end_on_time()
         assert not sup.stopping
-        left[0] = reserve + 7.0
+        left[0] = reserve + 12.0
         sup.maybe_end_on_time()
-        assert sup.stopping and sup.outcome.reserved == reserve + 7.0
+        assert sup.stopping and sup.outcome.reserved == reserve + 12.0
 
 
 def test_a_cut_short_evaluation_counts_for_nothing_and_is_recorded(tmp_path):

@@ -100,6 +100,9 @@ class Evaluation:
     # the screen beat the kept model's score without reaching the target: ``returns`` are a
     # re-screen's, as many new episodes (Evaluator)
     rescreened: bool = False
+    # the kept model's returns on the re-screen's starts (none where no model was kept in
+    # this process): the paired comparison the model is kept or not on
+    kept_returns: tuple[float, ...] = ()
 
     @property
     def mean(self) -> float:
@@ -112,9 +115,16 @@ class Evaluation:
 
     @property
     def played(self) -> int:
-        """The episodes played in all: a re-screen's screen too (a confirmation's screen is
-        in ``screen_seconds``, and not counted here)."""
-        return len(self.returns) * (2 if self.rescreened else 1)
+        """The episodes played in all: a re-screen's screen and the kept model's episodes
+        too (a confirmation's screen is in ``screen_seconds``, and not counted here)."""
+        return len(self.returns) * (2 if self.rescreened else 1) + len(self.kept_returns)
+
+    @property
+    def beats_kept(self) -> bool | None:
+        """Whether a re-screen beat the kept model on the same starts (None: no such pair)."""
+        if not self.kept_returns:
+            return None
+        return self.mean > statistics.fmean(self.kept_returns)
 
     @property
     def std(self) -> float:
@@ -143,10 +153,13 @@ class Evaluator:
 
     For the same reason they are too few to keep a model on: an evaluation whose screen beats
     :attr:`bar` (the kept model's score) without reaching the target plays as many new episodes
-    and reports theirs instead, a re-screen. The kept model is replaced only where those, which
-    nothing selected, beat it too, and its score is theirs (a Pendulum run kept a model whose
-    lucky screen scored -134.9 and whose 100 new episodes averaged -348.8). SB3's
-    ``EvalCallback`` keeps the best of single screens."""
+    and reports theirs instead, a re-screen, and the kept model (:meth:`keep`) plays the same
+    starts. The kept model is replaced only where the new one beats it on those: a paired
+    comparison, which the starts' own spread (a Pendulum hanging down or upright) does not
+    decide, and on episodes nothing selected (a Pendulum run kept a model whose lucky screen
+    scored -134.9 and whose 100 new episodes averaged -348.8; runs kept an early model on a
+    lucky re-screen where their last was better by 20 to 30). SB3's ``EvalCallback`` keeps
+    the best of single screens."""
 
     def __init__(
         self,
@@ -167,6 +180,7 @@ class Evaluator:
         #: the kept model's score (None: no model kept yet), read when a screen ends: a screen
         #: that beats it is re-screened (set by the trainer to the monitor's best evaluation)
         self.bar: Callable[[], float | None] = lambda: None
+        self._kept: GlobalSnapshot | None = None  # the kept model's parameters (keep())
         #: when the run's time for evaluations ends (a time.perf_counter instant, or None): an
         #: evaluation still playing then is cut short (read at every step: the plan changes)
         self.deadline = deadline
@@ -196,6 +210,11 @@ class Evaluator:
             self._thread.start()
         self._requests.put((index, global_step, wall, snap))
         return True
+
+    def keep(self, snap: GlobalSnapshot | None) -> None:
+        """The parameters the run keeps now (best_model.pt's): a later re-screen plays them on
+        its starts too. (Called between evaluations, by the thread that submits them.)"""
+        self._kept = snap
 
     def results(self) -> list[Evaluation]:
         """The evaluations finished since the last call."""
@@ -257,7 +276,9 @@ class Evaluator:
             return waves[episodes]
 
         rng = np.random.default_rng([self.seed, _EVAL_STREAM])
-        policy: Policy | None = None
+        # the network the snapshots are loaded into, and a second for the kept model's
+        policy: tuple[Policy, torch.Tensor] | None = None
+        kept: tuple[Policy, torch.Tensor] | None = None
         try:
             while (request := self._requests.get()) is not None:
                 index, step, wall, snap = request
@@ -265,16 +286,16 @@ class Evaluator:
                 # every request gets an answer, failed or not: the run waits for the last one
                 try:
                     if policy is None:
-                        model = build_model(self.spec)
-                        flat = flatten_parameters(model)
-                        policy = Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs)
-                    load_snapshot(policy.model, flat, snap)
-                    returns, stage, screen, cut = self._play(policy, envs_for, index, rng, snap)
+                        policy, kept = self._policy(), self._policy()
+                    load_snapshot(policy[0].model, policy[1], snap)
+                    returns, stage, screen, cut, pair = self._play(
+                        policy, kept, envs_for, index, rng, snap
+                    )
                     seconds = time.perf_counter() - t0
                     ev = Evaluation(
                         index, step, wall, tuple(returns), seconds, snap, None,
                         stage == "confirmation", screen, cut is not None, cut or 0,
-                        stage == "re-screen",
+                        stage == "re-screen", tuple(pair),
                     )  # fmt: skip
                 except Stopped:  # close(): nobody waits for this answer
                     break
@@ -285,38 +306,57 @@ class Evaluator:
             for vec in waves.values():
                 vec.close()
 
+    def _policy(self) -> tuple[Policy, torch.Tensor]:
+        """A network to load snapshots into, and its parameters as one flat tensor."""
+        model = build_model(self.spec)
+        flat = flatten_parameters(model)
+        return Policy(model, self.algo, self.spec, self.env_id, self.env_kwargs), flat
+
     def _play(
         self,
-        policy: Policy,
+        policy: tuple[Policy, torch.Tensor],
+        kept: tuple[Policy, torch.Tensor] | None,
         envs_for: Callable[[int], Any],
         index: int,
         rng: np.random.Generator,
         snap: GlobalSnapshot,
-    ) -> tuple[list[float], str, float, int | None]:
+    ) -> tuple[list[float], str, float, int | None, list[float]]:
         """The screen's returns; where they reach the target, the confirmation's instead, and
         where they beat the kept model's score (:attr:`bar`), a re-screen's: new episodes, for
         the screen's were picked for passing and would bias the mean up. And the stage the
         returns are of (:attr:`Evaluation.stage`), the screen's seconds (a re-screen's
-        included), and where the deadline cut a stage short, the episodes it planned (None
-        where nothing was cut)."""
+        included), where the deadline cut a stage short, the episodes it planned (None where
+        nothing was cut), and a re-screen's pair: the kept model's returns on its starts."""
         t0 = time.perf_counter()
         m, n = self.episodes, self.confirm[1] if self.confirm else 0
         # the confirmation's seeds, then the re-screen's: each evaluation's own, never a
         # screen's or another evaluation's (eval_seeds)
         seeds = eval_seeds(self.seed, index, m + max(n, m))
-        returns, cut = self._episodes("screen", policy, envs_for, seeds[:m], rng, snap)
+        returns, cut = self._episodes("screen", policy[0], envs_for, seeds[:m], rng, snap)
         if cut:
-            return returns, "screen", time.perf_counter() - t0, m
+            return returns, "screen", time.perf_counter() - t0, m, []
         mean = statistics.fmean(returns)
         if self.confirm is not None and mean >= self.confirm[0]:
             screen = time.perf_counter() - t0
-            more, cut = self._episodes("confirmation", policy, envs_for, seeds[m:], rng, snap)
-            return more, "confirmation", screen, n if cut else None
+            more, cut = self._episodes("confirmation", policy[0], envs_for, seeds[m:], rng, snap)
+            return more, "confirmation", screen, n if cut else None, []
         bar = self.bar()
         if bar is None or mean <= bar:
-            return returns, "screen", time.perf_counter() - t0, None
-        more, cut = self._episodes("re-screen", policy, envs_for, seeds[m : 2 * m], rng, snap)
-        return more, "re-screen", time.perf_counter() - t0, m if cut else None
+            return returns, "screen", time.perf_counter() - t0, None, []
+        # both models on the same starts and, where they sample, the same stream of draws
+        again = seeds[m : 2 * m]
+        draws = [self.seed, _EVAL_STREAM, index, 1]
+        more, cut = self._episodes(
+            "re-screen", policy[0], envs_for, again, np.random.default_rng(draws), snap
+        )
+        pair: list[float] = []
+        if not cut and kept is not None and (kept_snap := self._kept) is not None:
+            load_snapshot(kept[0].model, kept[1], kept_snap)
+            pair, cut = self._episodes(
+                "re-screen of the kept model", kept[0], envs_for, again,
+                np.random.default_rng(draws), kept_snap,
+            )  # fmt: skip
+        return more, "re-screen", time.perf_counter() - t0, m if cut else None, pair
 
     def _episodes(
         self,

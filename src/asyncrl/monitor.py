@@ -278,7 +278,10 @@ class Monitor:
         """Record an evaluation (a row of evaluations.csv, TensorBoard ``eval/*``); True when it
         is the best so far, or ``keep``: the one that met --stop-on eval's rule, whose
         parameters a solved run keeps even where an earlier confirmation had a higher mean
-        (one that failed the rule's standard errors: its policy is not shown to score it)."""
+        (one that failed the rule's standard errors: its policy is not shown to score it).
+        A re-screen played beside the kept model is the best where it beat the kept model on
+        their starts (:attr:`Evaluation.beats_kept`); where it did not, the kept model's
+        episodes join its score, which the next screen must beat to be re-screened."""
         self.last_eval = mean = ev.mean  # (the supervisor counts evaluations as it asks)
         self.screen_seconds += ev.screen_seconds
         row = [ev.index, ev.global_step, f"{ev.wall_seconds:.3f}", f"{mean:.6g}"]
@@ -292,9 +295,14 @@ class Monitor:
             self._tb.add_scalar("eval/min_return", min(ev.returns), ev.global_step)
             self._tb.add_scalar("eval/max_return", max(ev.returns), ev.global_step)
             self._tb.add_scalar("eval/seconds", ev.seconds, ev.global_step)
-        if keep or self.best_eval is None or mean > self.best_eval[0]:
+        beats = ev.beats_kept  # a re-screen played beside the kept model: the pair decides
+        if keep or self.best_eval is None or (mean > self.best_eval[0] if beats is None else beats):
             self.best_eval = (mean, ev.global_step, len(ev.returns))
             return True
+        if beats is False:  # the kept model's score: the mean of all its unselected episodes
+            kept, step, n = self.best_eval
+            more = len(ev.kept_returns)
+            self.best_eval = ((kept * n + sum(ev.kept_returns)) / (n + more), step, n + more)
         return False
 
     # ------------------------------------------------------------------ diagnostics

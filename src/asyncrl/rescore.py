@@ -76,21 +76,30 @@ class TimePlan:
     #: of its own
     per_episode: float | None = None
     measured: bool = False
+    #: the same, of the kept model's evaluation: what its re-scoring, and a re-screen of it,
+    #: cost. (A greedy Atari policy that stalls plays each game to the 108,000-frame cap: a
+    #: minute an episode, where the kept model's took 3 s. Planned on the stalled model's,
+    #: the re-scoring's reserve took half of an hour's Battle Zone run.)
+    kept_per_episode: float | None = None
 
-    def observe(self, ev: Evaluation, training: bool = True) -> None:
+    def observe(self, ev: Evaluation, training: bool = True, kept: bool = False) -> None:
         """Take the expected seconds from a finished evaluation (the latest: the policy's
-        episodes grow as it learns); ``training``: it played beside the workers."""
+        episodes grow as it learns); ``training``: it played beside the workers; ``kept``:
+        its model is the one the run keeps now."""
         if ev.cut_short or ev.error is not None or not ev.returns:
             return
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
         if training:
             seconds /= max(1.0, (self.workers + 1) / self.cores)
-        # (a re-screen's evaluation played its screen too, as a wave of its own)
+        # (a re-screen's evaluation played its screen and the kept model's episodes too, each
+        # as waves of their own)
         if self.separate:
             self.per_episode = seconds / ev.played
         else:
-            waves = math.ceil(len(ev.returns) / EVAL_WAVE) * (2 if ev.rescreened else 1)
-            self.per_episode = seconds / waves
+            plays = (2 if ev.rescreened else 1) + (1 if ev.kept_returns else 0)
+            self.per_episode = seconds / (math.ceil(len(ev.returns) / EVAL_WAVE) * plays)
+        if kept:
+            self.kept_per_episode = self.per_episode
         self.measured = True
 
     def guess(self, mean_steps: float, most_steps: int, steps_per_second: float) -> None:
@@ -108,18 +117,27 @@ class TimePlan:
         else:
             self.per_episode = most_steps * self.envs * env_step
 
-    def playing(self, episodes: int, processes: int | None = None) -> float:
+    def playing(self, episodes: int, processes: int | None = None, kept: bool = False) -> float:
         """The expected seconds of ``episodes`` episodes on ``processes`` (default: after
-        training's) processes."""
-        if self.per_episode is None or episodes <= 0:
+        training's) processes, of the latest model (or ``kept``, the kept one, where it has
+        been measured)."""
+        per = self.kept_per_episode if kept and self.kept_per_episode else self.per_episode
+        if per is None or episodes <= 0:
             return 0.0
         p = self.processes if processes is None else processes
         if self.separate:  # a process's share of the episodes, each stepped on its own
-            return self.per_episode * math.ceil(episodes / p)
-        return self.per_episode * math.ceil(episodes / EVAL_WAVE)
+            return per * math.ceil(episodes / p)
+        return per * math.ceil(episodes / EVAL_WAVE)
 
     def rescoring(self) -> float:
-        return self.playing(self.rescore_episodes)
+        return self.playing(self.rescore_episodes, kept=True)
+
+    def evaluation(self, processes: int | None = None) -> float:
+        """The expected seconds of an evaluation that does not reach the target: a screen of
+        the latest model and, where it beats the kept model, a re-screen of both (whose
+        episodes are then the kept model's kind, not a stalled one's)."""
+        m = self.eval_episodes
+        return self.playing(m, processes) + self.playing(2 * m, processes, kept=True)
 
     def processes_for(self, episodes: int) -> int:
         """The processes to play ``episodes`` episodes on after training: more than one only
@@ -127,9 +145,8 @@ class TimePlan:
         return worth_processes(self.processes, self.playing(episodes, 1))
 
     def screen(self) -> float:
-        """The expected seconds of an evaluation during training (one thread) that does not
-        reach the target: its screen and, where that beats the kept model, its re-screen."""
-        return self.playing(2 * self.eval_episodes, 1)
+        """The expected seconds of an evaluation during training (one thread)."""
+        return self.evaluation(1)
 
     def reserve(self, final_evaluation: bool, under_way: int = 0) -> float:
         """The seconds training leaves before the limit: its stop, the ``under_way`` episodes
@@ -137,8 +154,8 @@ class TimePlan:
         training frees, rather than being cut short), a final evaluation (where the run makes
         one) and the re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
         want = self.stopping() + self.playing(under_way) + self.rescoring()
-        if final_evaluation:  # (its screen and a re-screen)
-            want += self.playing(2 * self.eval_episodes)
+        if final_evaluation:
+            want += self.evaluation()
         return min(want, RESERVE_SHARE * self.seconds)
 
     def stopping(self) -> float:
@@ -150,8 +167,7 @@ class TimePlan:
         the reserve's cap squeezes them, what the cap leaves after the stop and the final
         evaluation (the re-scoring is then cut short, rather than the evaluations before it,
         which pick the model it scores)."""
-        final = self.playing(2 * self.eval_episodes)
-        cap = RESERVE_SHARE * self.seconds - self.stopping() - final
+        cap = RESERVE_SHARE * self.seconds - self.stopping() - self.evaluation()
         return max(0.0, min(self.rescoring(), cap))
 
     def left(self) -> float | None:

@@ -232,8 +232,8 @@ class Supervisor:
         ev, under_way = self.evaluator, 0
         if ev is not None and ev.busy and (progress := ev.progress) is not None:
             under_way = progress[2] - progress[1]
-            if progress[0] == "screen":  # and a re-screen, where it beats the kept model
-                under_way += ev.episodes
+            # and where a screen beats the kept model, a re-screen of both models
+            under_way += {"screen": 2, "re-screen": 1}.get(progress[0], 0) * ev.episodes
         reserve = plan.reserve(final_evaluation=ev is not None, under_way=under_way)
         left = plan.left()
         if left is not None and left <= reserve:
@@ -410,8 +410,6 @@ class Supervisor:
                 }
             )
             return
-        if self.plan is not None:
-            self.plan.observe(result, training=not self.stopping)
         # a confirmation is rare and its cost is the stop rule's: the periodic schedule paces
         # itself on the screens alone (a 100-episode confirmation, ten screens' worth, would
         # hold it back), which the monitor adds up
@@ -432,8 +430,12 @@ class Supervisor:
         )
         # the stop rule's promise: the model a solved run keeps is the one that met it
         best = self.monitor.evaluation(result, keep=solves)
+        if self.plan is not None:
+            self.plan.observe(result, training=not self.stopping, kept=best)
         if best and self.save_best is not None:
             self.save_best(result)
+        if best and self.evaluator is not None:  # a later re-screen plays it too
+            self.evaluator.keep(result.snapshot)
         if solves:
             self.monitor.mark_solved(result.global_step, result.mean, "eval")
             if not self.stopping:
