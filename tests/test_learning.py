@@ -122,18 +122,17 @@ STEPS_TO_GUESS = 300_000
 
 @pytest.mark.slow
 def test_the_defaults_learn_pendulum_to_minus_200(run_dir, seed):
-    """Pendulum-v1 with nothing but the env given: A3C under the control preset (1M steps, the
-    bound penalty and a small entropy bonus: docs/presets.md#control). Measured alone, the kept
-    model's re-scoring over 100 new episodes was -159.0, -182.3, -197.7, -195.6 and -186.4 on
-    seeds 0-4 (2026-12-06, an AMD EPYC, 21-46 s a run), and -190.3 and -196.6 on seeds 0 and 1
-    run side by side; the preset without the penalty and the bonus left a mean stuck past the
-    bounds (-1,000). The issue's -200 is the benchmark's bar (the quick suite's "Pendulum-v1
-    defaults", 5 of 5); here the bar is -400, for the kept model is chosen by 10-episode screens
-    and one lucky screen can keep an early model: under scripts/test's load seed 0 kept the
-    model of a -134.9 screen at 307k steps, which re-scored -348.8 (ASYNCRL_TEST_SEED=S)."""
+    """Pendulum-v1 with nothing but the env given (no target: Gymnasium has none): A3C under the
+    control preset (1M steps, gamma 0.95, the bound penalty, a small entropy bonus, evaluations
+    of 30 episodes: docs/presets.md#control), and the model kept by the paired re-screens
+    (docs/evaluation.md). The kept model re-scored over 100 new episodes must be at -200 or
+    better, the issue's bar. Measured alone (2026-12-06, an AMD EPYC, commit 10c2f8f's code):
+    -155.7, -179.0, -166.0, -161.1 and -159.6 on seeds 0-4, 43-53 s a run. Before the preset's
+    gamma 0.95 and the paired re-screens, a run under load kept the model of a lucky -134.9
+    screen, which re-scored -348.8 (ASYNCRL_TEST_SEED=S)."""
     summary = asyncrl.train(env="Pendulum-v1", seed=seed, run_dir=str(run_dir), progress=False)
     assert summary["kept_model_episodes"] == 100, summary
-    assert summary["kept_model_return"] >= -400.0, summary
+    assert summary["kept_model_return"] >= -200.0, summary
 
 
 @pytest.mark.slow
