@@ -106,6 +106,25 @@ def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, mon
     np.testing.assert_array_equal(last, seen[len(starts) - 1])  # the final evaluation's
 
 
+def test_a_screen_at_the_target_without_a_confirmation_is_the_stop_rules_try(run_dir, monkeypatch):
+    """With --confirm-episodes 0 the stop rule tries a screen at the target as it is: it is
+    not re-screened, though it beats the kept model's score."""
+    plays: list[int] = []
+    scores = [1.0, 200.0]
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
+        plays.append(len(seeds))
+        return [scores[min(len(plays), len(scores)) - 1]] * len(seeds)
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    summary = asyncrl.train(
+        backend="threads", target_return=100.0, confirm_episodes=0, run_dir=str(run_dir),
+        **{**QUICK, "steps": 1_000_000},
+    )  # fmt: skip
+    assert summary["solved"] and summary["solve_return"] == 200.0
+    assert plays == [10, 10]
+
+
 def test_the_kept_models_score_pools_its_unselected_episodes(tmp_path):
     """A re-screen that loses the pair (a tie included) adds the kept model's episodes to its
     score (the bar the next screen must beat); one that wins replaces it; a re-screen with no
@@ -543,8 +562,8 @@ def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkey
 
 def test_a_resume_never_replaces_a_best_model_newer_than_its_checkpoint(run_dir):
     """A run that crashed or diverged after its last checkpoint can leave a best_model.pt
-    better than the best the checkpoint knows: the resumed run keeps it until an evaluation
-    beats it, not merely the checkpoint's best."""
+    newer than the best the checkpoint knows (of a later step): the resumed run keeps it, and
+    its score, until an evaluation beats it."""
     cfg = dict(QUICK, backend="threads", target_return=1e9, run_dir=str(run_dir))
     asyncrl.train(**cfg)
     path = run_dir / "best_model.pt"

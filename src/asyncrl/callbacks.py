@@ -89,13 +89,14 @@ class EvaluationEvent:
     is_best: bool
     #: the screen reached the target and these are the confirmation's episodes
     confirmed: bool
-    #: the screen beat the kept model's score and these are a re-screen's new episodes, on
-    #: which the model is kept or not (docs/evaluation.md#the-best-model)
-    rescreened: bool
     #: this evaluation met the ``--stop-on eval`` rule: the run stops on it
     solved: bool
     #: the evaluation's own seconds
     seconds: float
+    #: the screen beat the kept model's score and these are a re-screen's new episodes, on
+    #: which (beside the kept model's on the same starts) the model is kept or not
+    #: (docs/evaluation.md#what-happens)
+    rescreened: bool = False
 
 
 @dataclass(frozen=True)

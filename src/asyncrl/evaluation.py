@@ -177,6 +177,9 @@ class Evaluator:
         self.spec, self.algo, self.env_id, self.env_kwargs = spec, algo, env_id, env_kwargs
         self.episodes, self.deterministic, self.seed = episodes, deterministic, seed
         self.confirm = confirm
+        #: the run's target (None: none), which a screen that reaches it without a
+        #: confirmation tries as it is (the stop rule's), not re-screened
+        self.target = confirm[0] if confirm else None
         #: the kept model's score (None: no model kept yet), read when a screen ends: a screen
         #: that beats it is re-screened (set by the trainer to the monitor's best evaluation)
         self.bar: Callable[[], float | None] = lambda: None
@@ -341,7 +344,9 @@ class Evaluator:
             more, cut = self._episodes("confirmation", policy[0], envs_for, seeds[m:], rng, snap)
             return more, "confirmation", screen, n if cut else None, []
         bar = self.bar()
-        if bar is None or mean <= bar:
+        # (a screen at the target with no confirmation is the stop rule's try itself)
+        reached = self.target is not None and mean >= self.target
+        if bar is None or mean <= bar or reached:
             return returns, "screen", time.perf_counter() - t0, None, []
         # both models on the same starts and, where they sample, the same stream of draws
         again = seeds[m : 2 * m]
@@ -352,10 +357,12 @@ class Evaluator:
         pair: list[float] = []
         if not cut and kept is not None and (kept_snap := self._kept) is not None:
             load_snapshot(kept[0].model, kept[1], kept_snap)
-            pair, cut = self._episodes(
+            pair, pair_cut = self._episodes(
                 "re-screen of the kept model", kept[0], envs_for, again,
                 np.random.default_rng(draws), kept_snap,
             )  # fmt: skip
+            if pair_cut:  # the new model's re-screen is whole: compared with the score instead
+                pair = []
         return more, "re-screen", time.perf_counter() - t0, m if cut else None, pair
 
     def _episodes(

@@ -135,9 +135,13 @@ class TimePlan:
     def evaluation(self, processes: int | None = None) -> float:
         """The expected seconds of an evaluation that does not reach the target: a screen of
         the latest model and, where it beats the kept model, a re-screen of both (whose
-        episodes are then the kept model's kind, not a stalled one's)."""
-        m = self.eval_episodes
-        return self.playing(m, processes) + self.playing(2 * m, processes, kept=True)
+        episodes are then the kept model's kind, not a stalled one's), each played on its own."""
+        return self.playing(self.eval_episodes, processes) + self.pairs(2, processes)
+
+    def pairs(self, plays: int, processes: int | None = None) -> float:
+        """The expected seconds of ``plays`` plays of a re-screen's episodes, at the kept
+        model's seconds an episode."""
+        return plays * self.playing(self.eval_episodes, processes, kept=True)
 
     def processes_for(self, episodes: int) -> int:
         """The processes to play ``episodes`` episodes on after training: more than one only
@@ -148,12 +152,13 @@ class TimePlan:
         """The expected seconds of an evaluation during training (one thread)."""
         return self.evaluation(1)
 
-    def reserve(self, final_evaluation: bool, under_way: int = 0) -> float:
+    def reserve(self, final_evaluation: bool, under_way: int = 0, plays: int = 0) -> float:
         """The seconds training leaves before the limit: its stop, the ``under_way`` episodes
         left of an evaluation playing (a confirmation that began late finishes on the cores
-        training frees, rather than being cut short), a final evaluation (where the run makes
-        one) and the re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
-        want = self.stopping() + self.playing(under_way) + self.rescoring()
+        training frees, rather than being cut short) and the ``plays`` of a re-screen's
+        episodes that may follow them, a final evaluation (where the run makes one) and the
+        re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
+        want = self.stopping() + self.playing(under_way) + self.pairs(plays) + self.rescoring()
         if final_evaluation:
             want += self.evaluation()
         return min(want, RESERVE_SHARE * self.seconds)

@@ -229,12 +229,13 @@ class Supervisor:
             return
         # the work after training (its stop, the rest of an evaluation under way, the final
         # evaluation, the re-scoring) inside the limit: training stops that long before it
-        ev, under_way = self.evaluator, 0
+        ev, under_way, plays = self.evaluator, 0, 0
         if ev is not None and ev.busy and (progress := ev.progress) is not None:
             under_way = progress[2] - progress[1]
-            # and where a screen beats the kept model, a re-screen of both models
-            under_way += {"screen": 2, "re-screen": 1}.get(progress[0], 0) * ev.episodes
-        reserve = plan.reserve(final_evaluation=ev is not None, under_way=under_way)
+            # and where a screen beats the kept model, a re-screen of both models (priced as
+            # the kept model's episodes: a stalled screen's model is not re-screened)
+            plays = {"screen": 2, "re-screen": 1}.get(progress[0], 0)
+        reserve = plan.reserve(final_evaluation=ev is not None, under_way=under_way, plays=plays)
         left = plan.left()
         if left is not None and left <= reserve:
             self.outcome.reserved = reserve

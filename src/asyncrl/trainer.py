@@ -203,9 +203,10 @@ def _run(
                 "short since): the resumed run goes on after its last whole row"
             )
         # best_model.pt can be newer than the checkpoint (the run crashed or diverged after it):
-        # only a better evaluation replaces it, not one better than the checkpoint's best
+        # its evaluation is then of a later step than the checkpoint's best. (Not a higher mean:
+        # a pair decides the kept model, and the kept model's score pools its later episodes.)
         if best_on_disk is not None and (
-            monitor.best_eval is None or best_on_disk[0] > monitor.best_eval[0]
+            monitor.best_eval is None or best_on_disk[1] > monitor.best_eval[1]
         ):
             monitor.best_eval = best_on_disk
 
@@ -486,7 +487,7 @@ def _evaluator(
     if cfg.eval_interval(cfg.steps) == 0 and cfg.stop_on == "train":
         return None
     confirm = None if target is None or not cfg.confirm_episodes else (target, cfg.confirm_episodes)
-    return Evaluator(
+    evaluator = Evaluator(
         spec,
         cfg.algo,
         cfg.env,
@@ -497,6 +498,8 @@ def _evaluator(
         confirm=confirm,
         deadline=plan.evaluations_end,
     )
+    evaluator.target = target
+    return evaluator
 
 
 def _time_plan(cfg: Config, t0: float, ckpt: dict[str, Any] | None, workers: int) -> TimePlan:
