@@ -158,7 +158,7 @@ class Evaluator:
     comparison, which the starts' own spread (a Pendulum hanging down or upright) does not
     decide, and on episodes nothing selected (a Pendulum run kept a model whose lucky screen
     scored -134.9 and whose 100 new episodes averaged -348.8; runs kept an early model on a
-    lucky re-screen where their last was better by 20 to 30). SB3's ``EvalCallback`` keeps
+    lucky re-screen where their last was better by 8 to 32). SB3's ``EvalCallback`` keeps
     the best of single screens."""
 
     def __init__(
