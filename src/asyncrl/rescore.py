@@ -78,7 +78,7 @@ class TimePlan:
     measured: bool = False
     #: the same, of the kept model's evaluation: what its re-scoring, and a re-screen of it,
     #: cost. (A greedy Atari policy that stalls plays each game to the 108,000-frame cap: a
-    #: minute an episode, where the kept model's took 3 s. Planned on the stalled model's,
+    #: minute an episode, where the kept model's took 4 s. Planned on the stalled model's,
     #: the re-scoring's reserve took half of an hour's Battle Zone run.)
     kept_per_episode: float | None = None
 
