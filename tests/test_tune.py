@@ -6,6 +6,7 @@ import _thread
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -260,7 +261,18 @@ def test_a_bad_trial_is_pruned_and_its_run_stopped_with_sigint(fake_runs, tmp_pa
     assert (tmp_path / "t/trials.png").stat().st_size > 0
 
 
-def test_ctrl_c_stops_the_trials_run_and_resume_goes_on_with_the_study(fake_runs, tmp_path):
+@pytest.fixture
+def ctrl_c():
+    """Python's own SIGINT handler for the test: ``_thread.interrupt_main`` does nothing where
+    the process's SIGINT is ignored or at its default, and a full run hung here once, its
+    trial waiting for a Ctrl-C that never came (which earlier test of that worker process left
+    SIGINT so was not found)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_stops_the_trials_run_and_resume_goes_on_with_the_study(fake_runs, tmp_path, ctrl_c):
     fake_runs["hang"] = [1]
     where = tmp_path / "t"
 
