@@ -415,10 +415,12 @@ class Supervisor:
         # itself on the screens alone (a 100-episode confirmation, ten screens' worth, would
         # hold it back), which the monitor adds up
         target = self.monitor.target
-        # a try of the stop rule: a confirmation (or, without one, a screen at the target),
-        # each asking more standard errors than the last, so that a run's chance of stopping
-        # on a lucky one stays bounded however often it tries (evaluation.confirm_margin)
-        tried = target is not None and (result.confirmed or result.mean >= target)
+        # a try of the stop rule: a confirmation (or, without one, a screen at the target; never
+        # a re-screen, whose screen was under it), each asking more standard errors than the
+        # last, so that a run's chance of stopping on a lucky one stays bounded however often it
+        # tries (evaluation.confirm_margin)
+        screen_at_target = result.stage == "screen" and target is not None and result.mean >= target
+        tried = target is not None and (result.confirmed or screen_at_target)
         if tried and self.cfg.stop_on == "eval" and not self.monitor.solved:
             self.monitor.tries += 1
         margin = confirm_margin(self.monitor.tries, self.cfg.confirm_stderr, len(result.returns))
