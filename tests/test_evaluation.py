@@ -125,6 +125,27 @@ def test_a_screen_at_the_target_without_a_confirmation_is_the_stop_rules_try(run
     assert plays == [10, 10]
 
 
+def test_a_re_screen_at_the_target_is_no_try_of_the_stop_rule(run_dir, monkeypatch):
+    """Target 100: evaluation 1's screen (50) is under it but beats the kept model's (1), so it
+    is re-screened, and its re-screen scores 200: that is no try (its screen did not reach the
+    target), so the run goes on until a screen reaches it and its confirmation passes."""
+    plays = [1.0, 50.0, 200.0, 1.0, 150.0, 150.0]
+    played: list[int] = []
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
+        played.append(len(seeds))
+        return [plays[len(played) - 1]] * len(seeds)
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    summary = asyncrl.train(
+        backend="threads", target_return=100.0, run_dir=str(run_dir),
+        **{**QUICK, "steps": 1_000_000},
+    )  # fmt: skip
+    # screen, screen + re-screen + the kept model's, screen, confirmation
+    assert played == [10, 10, 10, 10, 10, 100]
+    assert summary["solved"] and summary["solve_return"] == 150.0
+
+
 def test_the_kept_models_score_pools_its_unselected_episodes(tmp_path):
     """A re-screen that loses the pair (a tie included) adds the kept model's episodes to its
     score (the bar the next screen must beat); one that wins replaces it; a re-screen with no
