@@ -103,16 +103,16 @@ def test_each_callback_gets_the_runs_own_values(backend, run_dir, often):
         assert rec.episodes[i].rolling_return == pytest.approx(statistics.fmean(window))
     assert rec.episodes[-1].rolling_return == pytest.approx(summary["rolling_return"])
 
-    # every evaluation, the final one's included; is_best marks each new best
+    # every evaluation, the final one's included; is_best marks each model kept (the rows too)
     evaluations = csv_rows(run_dir / "evaluations.csv")
     assert len(rec.evaluations) == len(evaluations) == summary["evaluations"] >= 3
-    best = -float("inf")
     for e, row in zip(rec.evaluations, evaluations, strict=True):
         assert (e.index, e.global_step) == (int(row["evaluation"]), int(row["global_step"]))
         assert e.mean_return == pytest.approx(float(row["mean"]), rel=1e-5)
         assert e.min_return <= e.mean_return <= e.max_return and e.episodes == len(e.returns) == 10
-        assert e.is_best == (e.mean_return > best) and not (e.solved or e.confirmed)
-        best = max(best, e.mean_return)
+        assert e.is_best == (row["kept"] == "1") and not (e.solved or e.confirmed)
+        assert e.rescreened == (row["stage"] == "re-screen")
+    assert rec.evaluations[0].is_best
     kept = [e for e in rec.evaluations if e.is_best][-1]
     assert asyncrl.load(run_dir).evaluation["global_step"] == kept.global_step
 

@@ -20,8 +20,9 @@ from asyncrl.errors import Interrupted, UserError
 from asyncrl.evaluation import eval_seeds
 from asyncrl.messages import Finished
 from asyncrl.monitor import Monitor
-from asyncrl.plot import metric_series
+from asyncrl.plot import metric_series, read_evaluations
 from asyncrl.rundir import RunDir
+from asyncrl.tune.process import EvalFollower
 from tests.oracles import spec_of
 
 
@@ -49,11 +50,24 @@ def test_evaluations_are_rows_and_the_best_is_kept(backend, run_dir):
     for r in evals:
         assert int(r["episodes"]) == 10
         assert float(r["min"]) <= float(r["mean"]) <= float(r["max"])
-    best = max(evals, key=lambda r: float(r["mean"]))
-    assert summary["best_eval_return"] == pytest.approx(float(best["mean"]))
     policy = asyncrl.load(run_dir)
     assert policy.source.name == "best_model.pt"
-    assert policy.evaluation["global_step"] == int(best["global_step"])
+    assert_the_kept_model_is_the_rows(evals, policy.evaluation, summary)
+
+
+def assert_the_kept_model_is_the_rows(evals, kept, summary):
+    """best_model.pt's evaluation (``kept``) is the last row that kept a model (a pair can keep
+    one whose re-screen is under the kept model's score: no higher mean is asked of it), and
+    the summary's score of it pools the episodes it played in the pairs it won since."""
+    last = max(i for i, r in enumerate(evals) if r["kept"] == "1")
+    assert kept["global_step"] == int(evals[last]["global_step"])
+    assert kept["mean"] == pytest.approx(float(evals[last]["mean"]), rel=1e-5)
+    won = [r for r in evals[last + 1 :] if r["kept_mean"] and r["kept"] == "0"]
+    n = kept["episodes"] + sum(int(r["episodes"]) for r in won)
+    pooled = kept["mean"] * kept["episodes"]
+    pooled += sum(float(r["kept_mean"]) * int(r["episodes"]) for r in won)
+    assert summary["best_eval_return"] == pytest.approx(pooled / n, rel=1e-5)
+    assert (summary["best_eval_step"], summary["best_eval_episodes"]) == (kept["global_step"], n)
 
 
 def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, monkeypatch):
@@ -83,6 +97,11 @@ def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, mon
     evals = rows(run_dir)
     assert len(evals) >= 6
     assert [float(r["mean"]) for r in evals[:6]] == [1.0, 4.0, 3.0, 2.0, 3.0, 0.0]
+    # the rows say which are re-screens, the kept model's mean on their starts, and which kept
+    stages = ["screen", "re-screen", "screen", "re-screen", "re-screen", "screen"]
+    assert [r["stage"] for r in evals[:6]] == stages
+    assert [r["kept_mean"] for r in evals[:6]] == ["", "1.5", "", "3", "2", ""]
+    assert [r["kept"] for r in evals[:6]] == ["1", "1", "0", "0", "1", "0"]
     assert all(int(r["episodes"]) == 10 for r in evals)
     assert len(starts) == len(evals) + 6  # three re-screens, each of two models
     # the kept model plays its re-screen's starts; every other play has starts of its own
@@ -167,6 +186,44 @@ def test_the_kept_models_score_pools_its_unselected_episodes(tmp_path):
         assert monitor.best_eval == (3.0, 100, 10)
         assert monitor.evaluation(ev([3.5] * 10))
         assert not monitor.evaluation(ev([3.0] * 10))
+
+
+def test_a_resumed_run_writes_its_evaluations_under_the_files_own_header(tmp_path):
+    """A run made before evaluations.csv had its stage, kept_mean and kept columns goes on
+    under the header it has, and the curves and the tune still read it."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False)
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        monitor.evaluation(evaluation.Evaluation(0, 100, 1.0, (4.0,) * 10, 1.0))
+        state = monitor.state_dict()
+    old = "evaluation,global_step,wall_seconds,mean,std,min,max,episodes,seconds\n"
+    old += "0,100,1.000,4,0,4,4,10,1.000\n"
+    (tmp_path / "evaluations.csv").write_text(old)
+    state["evaluations_bytes"] = len(old)
+    with Monitor(RunDir(tmp_path), cfg, target_return=None, state=state) as monitor:
+        monitor.evaluation(evaluation.Evaluation(1, 200, 2.0, (6.0,) * 10, 1.0))
+    lines = (tmp_path / "evaluations.csv").read_text().splitlines()
+    assert lines[:2] == old.splitlines() and len(lines) == 3
+    assert lines[2].split(",")[:4] == ["1", "200", "2.000", "6"]
+    assert len(lines[2].split(",")) == 9
+    assert read_evaluations(tmp_path)["mean"] == [4.0, 6.0]
+    follower = EvalFollower(tmp_path / "evaluations.csv")
+    assert [r["mean"] for r in follower.read()] == [4.0, 6.0]
+
+
+def test_the_curves_and_the_tune_read_the_rows_with_their_words(tmp_path):
+    cfg = asyncrl.Config(progress=False, tensorboard=False)
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        monitor.evaluation(evaluation.Evaluation(0, 100, 1.0, (4.0,) * 10, 1.0))
+        pair = evaluation.Evaluation(
+            1, 200, 2.0, (6.0,) * 10, 1.0, rescreened=True, kept_returns=(5.0,) * 10
+        )
+        monitor.evaluation(pair)
+    assert read_evaluations(tmp_path)["mean"] == [4.0, 6.0]
+    rows_read = EvalFollower(tmp_path / "evaluations.csv").read()
+    assert [(r["mean"], r.get("kept_mean"), r["kept"]) for r in rows_read] == [
+        (4.0, None, 1.0),
+        (6.0, 5.0, 1.0),
+    ]
 
 
 def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monkeypatch):
@@ -567,7 +624,10 @@ def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkey
         asyncrl.train(**cfg, run_dir=str(run_dir))
     before = rows(run_dir)
     # (one still under way at the signal is not waited for: its index is skipped)
-    assert load_checkpoint(run_dir)["monitor"]["evaluations"] >= len(before) >= 1
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt["monitor"]["evaluations"] >= len(before) >= 1
+    # the time plan's measured seconds of an episode, the kept model's too (asyncrl.rescore)
+    assert ckpt["plan"]["per_episode"] > 0 and ckpt["plan"]["kept_per_episode"] > 0
     assert (run_dir / "best_model.pt").exists()
     best_before = torch.load(run_dir / "best_model.pt", weights_only=True)["evaluation"]
     summary = asyncrl.train(resume=run_dir)
@@ -577,8 +637,8 @@ def test_a_resumed_run_keeps_its_best_model_and_its_evaluations(tmp_path, monkey
     indices = [int(r["evaluation"]) for r in after]
     assert indices == sorted(set(indices)) and len(after) > len(before)
     best_after = torch.load(run_dir / "best_model.pt", weights_only=True)["evaluation"]
-    assert best_after["mean"] >= best_before["mean"]
-    assert summary["best_eval_return"] == pytest.approx(best_after["mean"])
+    assert best_after["global_step"] >= best_before["global_step"]
+    assert_the_kept_model_is_the_rows(after, best_after, summary)
 
 
 def test_a_resume_never_replaces_a_best_model_newer_than_its_checkpoint(run_dir):

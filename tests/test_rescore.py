@@ -23,6 +23,7 @@ from asyncrl.policy import OutOfTime, play_episodes
 from asyncrl.rescore import RESERVE_SHARE, STOP_SECONDS, STOP_SHARE, TimePlan
 from asyncrl.rundir import RunDir
 from asyncrl.supervisor import Ended, Supervisor
+from asyncrl.trainer import _time_plan
 from tests.oracles import spec_of
 
 SEPARATE = "asyncrl-test/CartPoleSeparate-v0"
@@ -166,6 +167,16 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     assert stalled.rescoring() == 50.0
     assert stalled.evaluation() == 10 * 60.0 / 2 + 20 * 1.0 / 2
     assert stalled.screen() == 10 * 60.0 + 20 * 1.0
+    # a resumed run's plan starts from the checkpoint's seconds (the kept model's evaluation
+    # may be long past), not from a guess; one from an older checkpoint guesses
+    ckpt = {"monitor": {"elapsed": 60.0}, "plan": stalled.state_dict()}
+    resumed = _time_plan(asyncrl.Config(time_limit="10m"), time.perf_counter(), ckpt, 1)
+    assert resumed.seconds == 540.0 and resumed.measured
+    assert (resumed.per_episode, resumed.kept_per_episode) == (60.0, 1.0)
+    resumed.guess(200, 500, 100.0)
+    assert resumed.per_episode == 60.0
+    older = _time_plan(asyncrl.Config(time_limit="10m"), 0.0, {"monitor": {"elapsed": 0.0}}, 1)
+    assert not older.measured and older.kept_per_episode is None
     stalled.observe(_evaluation(seconds=30.0), kept=True)
     assert stalled.rescoring() == 150.0
     # the evaluations end where the re-scoring's time begins; training stops before that

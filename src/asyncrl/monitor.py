@@ -9,6 +9,7 @@ import csv
 import dataclasses
 import io
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -30,6 +31,9 @@ CSV_HEADER = ["episode", "worker", "return", "length", "global_step", "wall_seco
 CSV_HEADER += ["start_frames"]
 EVAL_HEADER = ["evaluation", "global_step", "wall_seconds", "mean", "std", "min", "max"]
 EVAL_HEADER += ["episodes", "seconds"]
+# what the row's episodes are (Evaluation.stage), the kept model's mean on a re-screen's starts
+# (blank where no pair was played) and 1 where the row's model became the kept model
+EVAL_HEADER += ["stage", "kept_mean", "kept"]
 #: seconds between two rows of metrics.csv (and TensorBoard points of the diagnostics)
 METRICS_EVERY = 2.0
 
@@ -67,6 +71,13 @@ def _replace_csv(path: Any, rows: list[list[str]]) -> IO[str]:
     csv.writer(text).writerows(rows)
     write_atomically(Path(path), lambda f: f.write(text.getvalue().encode()))
     return open(path, "a+", newline="")
+
+
+def _header(f: IO[str]) -> list[str]:
+    """The header of evaluations.csv, open as ``f`` (flushed first: it may be just written)."""
+    f.flush()
+    with open(f.name, newline="") as again:
+        return next(csv.reader(again), None) or EVAL_HEADER
 
 
 def _read_csv(path: Any) -> list[list[str]]:
@@ -176,6 +187,8 @@ class Monitor:
         eval_at = None if state is None else state.get("evaluations_bytes", 0)
         self._eval_file, evals_whole = _open_csv(run_dir.evaluations, eval_at, EVAL_HEADER)
         self._evals = csv.writer(self._eval_file)
+        # a run resumed from an older version's files goes on under their header's columns
+        self._eval_columns = EVAL_HEADER if eval_at is None else _header(self._eval_file)
         episodes_at = None if state is None else state["csv_bytes"]
         self._csv_file, episodes_whole = _open_csv(run_dir.episodes, episodes_at, CSV_HEADER)
         self._csv = csv.writer(self._csv_file)
@@ -284,10 +297,18 @@ class Monitor:
         episodes join its score, which the next screen must beat to be re-screened."""
         self.last_eval = mean = ev.mean  # (the supervisor counts evaluations as it asks)
         self.screen_seconds += ev.screen_seconds
-        row = [ev.index, ev.global_step, f"{ev.wall_seconds:.3f}", f"{mean:.6g}"]
-        row += [f"{ev.std:.6g}", f"{min(ev.returns):.6g}", f"{max(ev.returns):.6g}"]
-        row += [len(ev.returns), f"{ev.seconds:.3f}"]
-        self._evals.writerow(row)
+        beats = ev.beats_kept  # a re-screen played beside the kept model: the pair decides
+        best = (
+            keep or self.best_eval is None or (mean > self.best_eval[0] if beats is None else beats)
+        )
+        kept_mean = f"{statistics.fmean(ev.kept_returns):.6g}" if ev.kept_returns else ""
+        cells: dict[str, object] = {"evaluation": ev.index, "global_step": ev.global_step}
+        cells |= {"wall_seconds": f"{ev.wall_seconds:.3f}", "mean": f"{mean:.6g}"}
+        cells |= {"std": f"{ev.std:.6g}", "min": f"{min(ev.returns):.6g}"}
+        cells |= {"max": f"{max(ev.returns):.6g}", "episodes": len(ev.returns)}
+        cells |= {"seconds": f"{ev.seconds:.3f}", "stage": ev.stage, "kept_mean": kept_mean}
+        cells["kept"] = int(best)
+        self._evals.writerow([cells.get(k, "") for k in self._eval_columns])
         self._eval_file.flush()
         if self._tb is not None:
             for tag, v in (("mean_return", mean), ("std_return", ev.std)):
@@ -295,11 +316,11 @@ class Monitor:
             self._tb.add_scalar("eval/min_return", min(ev.returns), ev.global_step)
             self._tb.add_scalar("eval/max_return", max(ev.returns), ev.global_step)
             self._tb.add_scalar("eval/seconds", ev.seconds, ev.global_step)
-        beats = ev.beats_kept  # a re-screen played beside the kept model: the pair decides
-        if keep or self.best_eval is None or (mean > self.best_eval[0] if beats is None else beats):
+        if best:
             self.best_eval = (mean, ev.global_step, len(ev.returns))
             return True
-        if beats is False:  # the kept model's score: the mean of all its unselected episodes
+        # the kept model's score: the mean of all its unselected episodes
+        if beats is False and self.best_eval is not None:
             kept, step, n = self.best_eval
             more = len(ev.kept_returns)
             self.best_eval = ((kept * n + sum(ev.kept_returns)) / (n + more), step, n + more)

@@ -5,34 +5,38 @@ diagnostics from ``metrics.csv`` in a second figure; and a tune's trials (``tria
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
 
 from asyncrl.errors import UserError
 from asyncrl.rundir import RunDir
 
 
-def read_csv(path: Path) -> dict[str, list[float]]:
-    """Columns of a CSV file as floats (empty cells skipped per column)."""
+def read_csv(path: Path, columns: Sequence[str] | None = None) -> dict[str, list[float]]:
+    """Columns of a CSV file as floats (empty cells skipped per column): ``columns`` only,
+    where given (a file may have columns of words, as evaluations.csv's ``stage``)."""
     cols: dict[str, list[float]] = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             for k, v in row.items():
-                if v not in ("", None):
+                if v not in ("", None) and (columns is None or k in columns):
                     cols.setdefault(k, []).append(float(v))
     return cols
 
 
 def read_episodes(run_dir: str | Path) -> dict[str, list[float]]:
     run = RunDir.existing(run_dir, "episodes")
-    cols = read_csv(run.episodes)
-    return {k: cols.get(k, []) for k in ("return", "global_step", "wall_seconds")}
+    keys = ("return", "global_step", "wall_seconds")
+    cols = read_csv(run.episodes, keys)
+    return {k: cols.get(k, []) for k in keys}
 
 
 def read_evaluations(run_dir: str | Path) -> dict[str, list[float]]:
     """The columns of ``evaluations.csv`` (empty where the run made no evaluation)."""
     path = RunDir(Path(run_dir)).evaluations
-    cols = read_csv(path) if path.is_file() else {}
-    return {k: cols.get(k, []) for k in ("global_step", "wall_seconds", "mean", "std")}
+    keys = ("global_step", "wall_seconds", "mean", "std")
+    cols = read_csv(path, keys) if path.is_file() else {}
+    return {k: cols.get(k, []) for k in keys}
 
 
 def rolling_mean(xs: list[float], window: int) -> list[float]:

@@ -102,6 +102,18 @@ class TimePlan:
             self.kept_per_episode = self.per_episode
         self.measured = True
 
+    def state_dict(self) -> dict[str, float | None]:
+        """What a resumed run's plan starts from: the seconds an episode measured so far (of
+        the kept model too, whose re-scoring the reserve prices; its evaluation may be long
+        past)."""
+        measured = self.per_episode if self.measured else None
+        return {"per_episode": measured, "kept_per_episode": self.kept_per_episode}
+
+    def load_state_dict(self, state: dict[str, float | None]) -> None:
+        if state.get("per_episode") is not None:
+            self.per_episode, self.measured = state["per_episode"], True
+        self.kept_per_episode = state.get("kept_per_episode")
+
     def guess(self, mean_steps: float, most_steps: int, steps_per_second: float) -> None:
         """An episode's seconds as the training episodes tell them, until an evaluation has
         measured them (a run with a short limit may end before its first). Each worker steps

@@ -210,9 +210,12 @@ def _run(
         ):
             monitor.best_eval = best_on_disk
 
+        plan = _time_plan(cfg, t0, ckpt, n_workers)
+
         def write_checkpoint(glob: GlobalSnapshot, workers: dict[int, dict], restarts: int) -> None:
             payload = {"config": cfg.to_dict(), "spec": spec.to_dict(), "glob": glob}
             payload |= {"workers": workers, "monitor": monitor.state_dict(), "restarts": restarts}
+            payload["plan"] = plan.state_dict()
             save_checkpoint(run_dir.path, payload)
             del payload
             return_freed_memory()  # the snapshots' and the pickle's blocks (asyncrl.heap)
@@ -232,7 +235,6 @@ def _run(
         backend = cfg.backend_section()
         backend.lr_from = lr_from
         run = make_run(backend, info, spec, state)
-        plan = _time_plan(cfg, t0, ckpt, n_workers)
         evaluator = _evaluator(cfg, spec, monitor.target, plan)
         if evaluator is not None:  # the kept model's score, which a new one must beat twice
             evaluator.bar = lambda: None if monitor.best_eval is None else monitor.best_eval[0]
@@ -509,7 +511,7 @@ def _time_plan(cfg: Config, t0: float, ckpt: dict[str, Any] | None, workers: int
     limit = cfg.time_limit_seconds()
     seconds = 0.0 if limit is None else limit - (ckpt["monitor"]["elapsed"] if ckpt else 0.0)
     most = max(cfg.rescore_episodes, cfg.eval_episodes)
-    return TimePlan(
+    plan = TimePlan(
         ends_at=None if limit is None else t0 + seconds,
         seconds=seconds,
         rescore_episodes=cfg.rescore_episodes,
@@ -520,6 +522,9 @@ def _time_plan(cfg: Config, t0: float, ckpt: dict[str, Any] | None, workers: int
         cores=spare_cores(),
         envs=cfg.envs_per_worker,
     )
+    if ckpt is not None and "plan" in ckpt:  # (a checkpoint written before the plan had none)
+        plan.load_state_dict(ckpt["plan"])
+    return plan
 
 
 def _rescore(

@@ -97,11 +97,21 @@ class EvalFollower:
             if self.header is None:
                 self.header = cells
                 continue
-            try:
-                rows.append({k: float(v) for k, v in zip(self.header, cells, strict=True)})
-            except ValueError:  # not a row of numbers: nothing to report
+            if len(cells) != len(self.header):  # a row cut short
                 continue
+            numbers = zip(self.header, map(_float, cells), strict=True)
+            row = {k: v for k, v in numbers if v is not None}
+            if {"global_step", "wall_seconds", "mean"} <= row.keys():  # else nothing to report
+                rows.append(row)
         return rows
+
+
+def _float(cell: str) -> float | None:
+    """A cell's number; None for a blank or a word (evaluations.csv's ``stage``)."""
+    try:
+        return float(cell)
+    except ValueError:
+        return None
 
 
 class TrainProcess:
