@@ -5,6 +5,8 @@
 * :class:`GradientAccumulator`: the paper's per-step accumulation of d(theta); the workers take
   the rollout's gradient in one batched backward pass instead, and tests/test_optim.py checks
   that the two agree.
+* :func:`assert_the_kept_model_is_the_rows`: the kept model and its score, as ``evaluations.csv``
+  says they must be.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -160,3 +163,18 @@ def spec_for(cfg: Any, info: Any) -> Any:
 
     kind = algos.REGISTRY[cfg.algo].model_kind
     return model_spec_for(cfg, kind, info, cfg.reward_scale)
+
+
+def assert_the_kept_model_is_the_rows(evals, kept, summary):
+    """best_model.pt's evaluation (``kept``) is the last row that kept a model (a pair can keep
+    one whose re-screen is under the kept model's score: no higher mean is asked of it), and
+    the summary's score of it pools the episodes it played in the pairs it won since."""
+    last = max(i for i, r in enumerate(evals) if r["kept"] == "1")
+    assert kept["global_step"] == int(evals[last]["global_step"])
+    assert kept["mean"] == pytest.approx(float(evals[last]["mean"]), rel=1e-5)
+    won = [r for r in evals[last + 1 :] if r["kept_mean"] and r["kept"] == "0"]
+    n = kept["episodes"] + sum(int(r["episodes"]) for r in won)
+    pooled = kept["mean"] * kept["episodes"]
+    pooled += sum(float(r["kept_mean"]) * int(r["episodes"]) for r in won)
+    assert summary["best_eval_return"] == pytest.approx(pooled / n, rel=1e-5)
+    assert (summary["best_eval_step"], summary["best_eval_episodes"]) == (kept["global_step"], n)

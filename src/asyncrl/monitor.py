@@ -73,11 +73,13 @@ def _replace_csv(path: Any, rows: list[list[str]]) -> IO[str]:
     return open(path, "a+", newline="")
 
 
-def _header(f: IO[str]) -> list[str]:
-    """The header of evaluations.csv, open as ``f`` (flushed first: it may be just written)."""
+def _columns(f: IO[str], header: list[str]) -> int:
+    """The columns of the CSV open as ``f`` by its header (flushed first: it may be just
+    written), ``header``'s where it has none. A run resumed from a version with fewer columns
+    goes on in its file's, whose header is a prefix of the new one."""
     f.flush()
     with open(f.name, newline="") as again:
-        return next(csv.reader(again), None) or EVAL_HEADER
+        return len(next(csv.reader(again), None) or header)
 
 
 def _read_csv(path: Any) -> list[list[str]]:
@@ -187,17 +189,11 @@ class Monitor:
         eval_at = None if state is None else state.get("evaluations_bytes", 0)
         self._eval_file, evals_whole = _open_csv(run_dir.evaluations, eval_at, EVAL_HEADER)
         self._evals = csv.writer(self._eval_file)
-        # a run resumed from an older version's files goes on under their header's columns
-        self._eval_columns = EVAL_HEADER if eval_at is None else _header(self._eval_file)
+        self._eval_columns = _columns(self._eval_file, EVAL_HEADER)
         episodes_at = None if state is None else state["csv_bytes"]
         self._csv_file, episodes_whole = _open_csv(run_dir.episodes, episodes_at, CSV_HEADER)
         self._csv = csv.writer(self._csv_file)
-        # a run resumed from before the start_frames column goes on in its file's columns
-        self._episode_columns = len(CSV_HEADER)
-        if episodes_at is not None:
-            with open(run_dir.episodes, newline="") as f:
-                header = f.readline().strip()
-            self._episode_columns = len(header.split(",")) if header else len(CSV_HEADER)
+        self._episode_columns = _columns(self._csv_file, CSV_HEADER)  # (start_frames came later)
         #: files found shorter than the checkpoint recorded, told to the user once the run starts
         self.short_files = [
             f.name
@@ -302,13 +298,10 @@ class Monitor:
             keep or self.best_eval is None or (mean > self.best_eval[0] if beats is None else beats)
         )
         kept_mean = f"{statistics.fmean(ev.kept_returns):.6g}" if ev.kept_returns else ""
-        cells: dict[str, object] = {"evaluation": ev.index, "global_step": ev.global_step}
-        cells |= {"wall_seconds": f"{ev.wall_seconds:.3f}", "mean": f"{mean:.6g}"}
-        cells |= {"std": f"{ev.std:.6g}", "min": f"{min(ev.returns):.6g}"}
-        cells |= {"max": f"{max(ev.returns):.6g}", "episodes": len(ev.returns)}
-        cells |= {"seconds": f"{ev.seconds:.3f}", "stage": ev.stage, "kept_mean": kept_mean}
-        cells["kept"] = int(best)
-        self._evals.writerow([cells.get(k, "") for k in self._eval_columns])
+        row = [ev.index, ev.global_step, f"{ev.wall_seconds:.3f}", f"{mean:.6g}"]
+        row += [f"{ev.std:.6g}", f"{min(ev.returns):.6g}", f"{max(ev.returns):.6g}"]
+        row += [len(ev.returns), f"{ev.seconds:.3f}", ev.stage, kept_mean, int(best)]
+        self._evals.writerow(row[: self._eval_columns])
         self._eval_file.flush()
         if self._tb is not None:
             for tag, v in (("mean_return", mean), ("std_return", ev.std)):
@@ -319,8 +312,8 @@ class Monitor:
         if best:
             self.best_eval = (mean, ev.global_step, len(ev.returns))
             return True
-        # the kept model's score: the mean of all its unselected episodes
-        if beats is False and self.best_eval is not None:
+        if beats is False:  # the kept model's score: the mean of all its unselected episodes
+            assert self.best_eval is not None  # (a first evaluation is the best)
             kept, step, n = self.best_eval
             more = len(ev.kept_returns)
             self.best_eval = ((kept * n + sum(ev.kept_returns)) / (n + more), step, n + more)

@@ -12,14 +12,14 @@ from asyncrl.errors import UserError
 from asyncrl.rundir import RunDir
 
 
-def read_csv(path: Path, columns: Sequence[str] | None = None) -> dict[str, list[float]]:
-    """Columns of a CSV file as floats (empty cells skipped per column): ``columns`` only,
-    where given (a file may have columns of words, as evaluations.csv's ``stage``)."""
+def read_csv(path: Path, columns: Sequence[str]) -> dict[str, list[float]]:
+    """``columns`` of a CSV file as floats (empty cells skipped per column; a file may have
+    columns of words, as evaluations.csv's ``stage``)."""
     cols: dict[str, list[float]] = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             for k, v in row.items():
-                if v not in ("", None) and (columns is None or k in columns):
+                if v not in ("", None) and k in columns:
                     cols.setdefault(k, []).append(float(v))
     return cols
 
