@@ -38,6 +38,19 @@ def rows(run_dir):
 QUICK = dict(workers=1, seed=0, steps=6_000, eval_every=2_000, progress=False)
 
 
+def schedule_plays(monkeypatch, scores):
+    """A scheduled stand-in for the evaluations' episodes: the k-th play scores ``scores[k]``
+    (the last of them after that), whatever the policy. Returns the seeds of each play."""
+    plays: list[list[int]] = []
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
+        plays.append(list(seeds))
+        return [scores[min(len(plays), len(scores)) - 1]] * len(seeds)
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    return plays
+
+
 @pytest.mark.parametrize("backend", ["threads", "processes"])
 def test_evaluations_are_rows_and_the_best_is_kept(backend, run_dir):
     summary = asyncrl.train(backend=backend, target_return=1e9, run_dir=str(run_dir), **QUICK)
@@ -113,40 +126,26 @@ def test_the_best_model_holds_the_parameters_of_the_best_evaluation(run_dir, mon
 def test_a_screen_at_the_target_without_a_confirmation_is_the_stop_rules_try(run_dir, monkeypatch):
     """With --confirm-episodes 0 the stop rule tries a screen at the target as it is: it is
     not re-screened, though it beats the kept model's score."""
-    plays: list[int] = []
-    scores = [1.0, 200.0]
-
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
-        plays.append(len(seeds))
-        return [scores[min(len(plays), len(scores)) - 1]] * len(seeds)
-
-    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    plays = schedule_plays(monkeypatch, [1.0, 200.0])
     summary = asyncrl.train(
         backend="threads", target_return=100.0, confirm_episodes=0, run_dir=str(run_dir),
         **{**QUICK, "steps": 1_000_000},
     )  # fmt: skip
     assert summary["solved"] and summary["solve_return"] == 200.0
-    assert plays == [10, 10]
+    assert [len(play) for play in plays] == [10, 10]
 
 
 def test_a_re_screen_at_the_target_is_no_try_of_the_stop_rule(run_dir, monkeypatch):
     """Target 100: evaluation 1's screen (50) is under it but beats the kept model's (1), so it
     is re-screened, and its re-screen scores 200: that is no try (its screen did not reach the
     target), so the run goes on until a screen reaches it and its confirmation passes."""
-    plays = [1.0, 50.0, 200.0, 1.0, 150.0, 150.0]
-    played: list[int] = []
-
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
-        played.append(len(seeds))
-        return [plays[len(played) - 1]] * len(seeds)
-
-    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    played = schedule_plays(monkeypatch, [1.0, 50.0, 200.0, 1.0, 150.0, 150.0])
     summary = asyncrl.train(
         backend="threads", target_return=100.0, run_dir=str(run_dir),
         **{**QUICK, "steps": 1_000_000},
     )  # fmt: skip
     # screen, screen + re-screen + the kept model's, screen, confirmation
-    assert played == [10, 10, 10, 10, 10, 100]
+    assert [len(play) for play in played] == [10, 10, 10, 10, 10, 100]
     assert summary["solved"] and summary["solve_return"] == 150.0
 
 
@@ -216,14 +215,7 @@ def test_a_passing_screen_counts_only_once_its_confirmation_passes(run_dir, monk
     confirmation does not (50), so the run goes on; the next screen fails (no confirmation);
     the third passes and is confirmed (150): the run stops there, on the confirmation's mean,
     and the confirmation's episodes are new ones, not the screen's."""
-    calls: list[list[int]] = []
-    scores = [200.0, 50.0, 50.0, 200.0, 150.0]
-
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, stop=None, **_):
-        calls.append(list(seeds))
-        return [scores[len(calls) - 1]] * len(seeds)
-
-    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    calls = schedule_plays(monkeypatch, [200.0, 50.0, 50.0, 200.0, 150.0])
     summary = asyncrl.train(
         backend="threads", target_return=100.0, run_dir=str(run_dir),
         **{**QUICK, "steps": 1_000_000},
