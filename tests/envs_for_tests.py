@@ -401,6 +401,32 @@ class PickDictEnv(PickEnv):
 gym.register("asyncrl-test/PickDict-v0", entry_point=PickDictEnv, max_episode_steps=10)
 
 
+class PickNestedEnv(PickDictEnv):
+    """:class:`PickDictEnv`'s two keys under one, PettingZoo's ``observation``, beside the
+    ``action_mask`` key: the wrapper leaves that one key's value, itself a Dict."""
+
+    def __init__(self):
+        super().__init__()
+        inner = {k: v for k, v in self.observation_space.spaces.items() if k != "action_mask"}
+        self.observation_space = gym.spaces.Dict(
+            {"observation": gym.spaces.Dict(inner), "action_mask": self.observation_space["action_mask"]}
+        )
+
+    def _nest(self, obs):
+        return {"observation": {k: obs[k] for k in ("obs", "step")}, "action_mask": obs["action_mask"]}
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return self._nest(obs), info
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        return (self._nest(obs), *rest)
+
+
+gym.register("asyncrl-test/PickNested-v0", entry_point=PickNestedEnv, max_episode_steps=10)
+
+
 class PickEmptyEnv(PickEnv):
     """:class:`PickEnv` (strict, the info mask) whose mask allows no action after step ``at``
     of each episode; with ``end`` the episode ends there (terminated in odd episodes,

@@ -172,13 +172,18 @@ class Policy:
     def _mask_of_obs(self, obs: Mapping, action_mask: Any) -> tuple[Any, Any]:
         """A Dict observation's ``action_mask`` key (PettingZoo's convention) is the mask, not
         a leaf, as training read it (:class:`asyncrl.actionmask.ActionMasks`): the observation
-        without it (the one key left, itself, where one is) and the mask, unless ``action_mask``
-        is given too."""
+        without it and the mask, unless ``action_mask`` is given too. Where one key is left,
+        the policy learnt from that key's value (the wrapper's rule, a Dict value too), unless
+        the leaves it reads are all under that key (a policy that reads the Dict itself):
+        :class:`asyncrl.onnx_policy.OnnxPolicy`'s rule."""
         rest = {k: v for k, v in obs.items() if k != ACTION_MASK_KEY}
         if action_mask is None and self.spec.action.masked:
             action_mask = obs[ACTION_MASK_KEY]
-        if len(rest) == 1 and self.spec.obs_layout is None:
-            return next(iter(rest.values())), action_mask
+        if len(rest) == 1:
+            ((key, value),) = rest.items()
+            layout = self.spec.obs_layout
+            if layout is None or not all(leaf.path[:1] == (key,) for leaf in layout.leaves):
+                return value, action_mask
         return rest, action_mask
 
     def _mask(self, action_mask: np.ndarray, n: int, single: bool) -> torch.Tensor:
