@@ -409,11 +409,17 @@ class PickNestedEnv(PickDictEnv):
         super().__init__()
         inner = {k: v for k, v in self.observation_space.spaces.items() if k != "action_mask"}
         self.observation_space = gym.spaces.Dict(
-            {"observation": gym.spaces.Dict(inner), "action_mask": self.observation_space["action_mask"]}
+            {
+                "observation": gym.spaces.Dict(inner),
+                "action_mask": self.observation_space["action_mask"],
+            }
         )
 
     def _nest(self, obs):
-        return {"observation": {k: obs[k] for k in ("obs", "step")}, "action_mask": obs["action_mask"]}
+        return {
+            "observation": {k: obs[k] for k in ("obs", "step")},
+            "action_mask": obs["action_mask"],
+        }
 
     def reset(self, *, seed=None, options=None):
         obs, info = super().reset(seed=seed, options=options)
