@@ -775,11 +775,11 @@ def report(
 
 def normalised(task: Task, finals: list[float]) -> str:
     """The human-normalised score of the median final evaluation, where the task has human
-    scores: (score - random) / (human - random)."""
+    scores: (score - random) / (human - random), in percent as the Atari-5 table gives it."""
     if task.human is None:
         return ""
     rand, human = task.human
-    return f"; human-normalised {(statistics.median(finals) - rand) / (human - rand):.2f}"
+    return f"; human-normalised {(statistics.median(finals) - rand) / (human - rand):.1%}"
 
 
 # ---------------------------------------------------------------------- the 57-game estimate

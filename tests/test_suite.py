@@ -267,7 +267,7 @@ def test_the_report_gives_the_human_normalised_score(tmp_path):
     # asked for 5 seeds (the --report-only default): the header names the 3 the records hold
     report = suite.report("atari5", [unrun, task], rows, 5, tmp_path / "docs").read_text()
     assert "`python benchmarks/suite.py atari5 --seeds 3`" in report
-    assert "| 0 / 3 | -4.0; 0 / 3 | -3.0, " in report and "; human-normalised 0.50 |" in report
+    assert "| 0 / 3 | -4.0; 0 / 3 | -3.0, " in report and "; human-normalised 50.0% |" in report
     assert "| PongNoFrameskip-v4 | 2 | False | 14.6 | 13.6 (9.6 at 30 min) |" in report
     assert report.count("| - | - |\n") == 3  # no machine speed, no date and commit recorded
     assert "| BreakoutNoFrameskip-v4 | no run yet |" in report
