@@ -42,9 +42,12 @@ if TYPE_CHECKING:
 #: most this share of the limit (a few seconds' run has short rollouts to end)
 STOP_SECONDS = 5.0
 STOP_SHARE = 0.05
-#: the most of a run's time limit the reserve may take: past it training would hardly start,
-#: and the re-scoring is cut short instead
-RESERVE_SHARE = 0.5
+#: the most of a run's time limit the reserve may take; past it the re-scoring is cut short
+#: instead. The work after training reports on the training and must not take most of it:
+#: the kept model it prices may be a greedy Atari policy that stalls every game to the frame
+#: cap, and be replaced by a quick one at the last evaluation (docs/atari.md, "A greedy
+#: policy that stalls")
+RESERVE_SHARE = 0.25
 #: seconds between two progress lines of the work after training
 PROGRESS_EVERY = 5.0
 
