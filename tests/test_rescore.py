@@ -183,8 +183,9 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     assert plan.ends_at - plan.evaluations_end() == pytest.approx(plan.rescoring())
     # the reserve takes at most a share of the limit; then the re-scoring is what is squeezed
     short = _plan(seconds=60.0)
-    short.observe(_evaluation(seconds=5.0))  # 0.5 s a game: 25 s of re-scoring, 7.5 s a final
-    assert short.reserve(final_evaluation=True) == RESERVE_SHARE * 60.0  # evaluation and pair
+    # 0.5 s a game: 25 s of re-scoring, 7.5 s of a final evaluation and a pair
+    short.observe(_evaluation(seconds=5.0))
+    assert short.reserve(final_evaluation=True) == RESERVE_SHARE * 60.0
     assert short.stopping() == STOP_SHARE * 60.0  # (a short run's rollouts end quickly too)
     assert 0 < short.rescoring_slot() == RESERVE_SHARE * 60.0 - STOP_SHARE * 60.0 - 7.5 < 25
     # an evaluation beside 2 workers on 2 cores had two thirds of a core: a process after
