@@ -120,12 +120,13 @@ def _plan(**kw):
 
 
 def _evaluation(
-    seconds, episodes=10, confirmed=False, screen=0.0, cut=False, rescreened=False, kept=False
+    seconds, episodes=10, confirmed=False, screen=0.0, cut=False, rescreened=False, kept=0.0
 ):
+    """``kept``: the seconds of a re-screen's kept-model episodes (0: none played)."""
     returns = tuple(float(i) for i in range(episodes))
     return evaluation.Evaluation(
         0, 100, 1.0, returns, seconds, None, None, confirmed, screen or seconds, cut, 100,
-        rescreened, returns if kept else (),
+        rescreened, returns if kept else (), kept,
     )  # fmt: skip
 
 
@@ -151,12 +152,16 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     assert plan.per_episode == 0.4
     plan.observe(_evaluation(seconds=1.0, cut=True))
     assert plan.per_episode == 0.4
-    # a re-screen's seconds are its screen's and the kept model's too: 10 episodes reported, 30
-    # played (20 where no model was kept in the process)
+    # a re-screen's seconds are its screen's and its re-screen's: 10 episodes reported, 20
+    # played; and the kept model's 10 where the process kept one, timed on their own, which
+    # measure the kept model again
     plan.observe(_evaluation(seconds=10.0, rescreened=True))
     assert plan.per_episode == 0.5
-    plan.observe(_evaluation(seconds=15.0, rescreened=True, kept=True))
-    assert plan.per_episode == 0.5
+    plan.observe(_evaluation(seconds=40.0, rescreened=True, kept=30.0))
+    assert plan.per_episode == 0.5 and plan.kept_per_episode == 3.0
+    # (and where the latest model is kept, its own episodes price the re-scoring)
+    plan.observe(_evaluation(seconds=40.0, rescreened=True, kept=30.0), kept=True)
+    assert plan.per_episode == plan.kept_per_episode == 0.5
     plan.observe(_evaluation(seconds=10.0))
     # a model that stalls (a greedy Atari policy playing each game to the frame cap) is not
     # the kept one: the re-scoring, and a re-screen's pair, are planned on the kept model's
@@ -193,6 +198,9 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     shared = _plan(workers=2, cores=2)
     shared.observe(_evaluation(seconds=15.0))
     assert shared.per_episode == 1.0
+    # (and a screen during training, beside them, slower by as much: 10 episodes and a pair
+    # of 10 each, on two thirds of a core)
+    assert shared.screen() == pytest.approx(30 * 1.0 * 1.5)
     shared.observe(_evaluation(seconds=15.0), training=False)
     assert shared.per_episode == 1.5
     # a natively vectorized env plays a wave of up to EVAL_WAVE episodes in one episode's time:
@@ -291,6 +299,69 @@ def test_training_stops_the_reserve_before_the_limit_and_starts_no_evaluation_it
         assert sup.stopping and sup.outcome.reserved == reserve + 12.0
 
 
+def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_its_time(
+    tmp_path, capsys
+):
+    """The kept model stalls (20 s a game: its 100 games' re-scoring, 1,000 s, is squeezed by
+    the reserve's cap of 150 s). A screen's time before the stop (10 games and a pair of 10
+    each: 600 s), one screen of the latest parameters; it beats the kept model on their
+    starts, its games take 1.5 s and price the re-scoring: training goes on past the stop the
+    stalled model's price set. Once a process; never where the reserve is not squeezed."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
+    left = [800.0]
+    plan = _plan()  # 600 s: a cap of 150 s
+    plan.left = lambda: left[0]  # type: ignore[method-assign]
+    run, ev = FakeRun(), FakeEvaluator()
+    stalled = evaluation.Evaluation(0, 50, 1.0, (3.0,) * 10, 200.0, screen_seconds=200.0)
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
+        sup.last_eval_step = 50
+        sup.evaluated(stalled)
+        assert plan.kept_per_episode == 20.0 and plan.squeezed()
+        assert plan.reserve(final_evaluation=True) == 150.0 and plan.screen() == 600.0
+        run.step = 100
+        sup.maybe_evaluate()
+        assert ev.asked == [] and not sup.repriced  # room 650 s: more than a screen's
+        left[0] = 749.0
+        sup.maybe_evaluate()
+        assert ev.asked == [100] and sup.repriced
+        assert "screening the latest model before training stops" in capsys.readouterr().err
+        run.step = 200
+        sup.maybe_evaluate()
+        assert ev.asked == [100]  # once
+        # 30 s: 10 games and 10 more of its re-screen; the kept model's 10 in 205 s
+        latest = evaluation.Evaluation(
+            1, 100, 2.0, (9.0,) * 10, 235.0, screen_seconds=235.0, rescreened=True,
+            kept_returns=(3.0,) * 10, kept_seconds=205.0,
+        )  # fmt: skip
+        left[0] = 400.0
+        sup.evaluated(latest)
+        assert plan.kept_per_episode == 1.5 and not plan.squeezed()
+        # 5 s to stop, 75 s of re-scoring, 7.5 + 15 s of a final evaluation and its pair
+        assert plan.reserve(final_evaluation=True) == 102.5
+        left[0] = 150.0  # where the stalled model's price stopped training
+        sup.maybe_end_on_time()
+        assert not sup.stopping
+        left[0] = 102.5
+        sup.maybe_end_on_time()
+        assert sup.stopping and sup.outcome.reserved == 102.5
+    # no screen inside a screen's time of the stop where the reserve is not squeezed, or where
+    # the run evaluates only at its end (--eval-every 0)
+    quick, squeezed = _plan(), _plan()
+    quick.observe(_evaluation(seconds=10.0), kept=True)
+    squeezed.observe(_evaluation(seconds=200.0), kept=True)
+    for plan, every, left in ((quick, 1_000, 90.0), (squeezed, 0, 749.0)):
+        plan.left = lambda left=left: left  # type: ignore[method-assign]
+        cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=every)
+        ev, run = FakeEvaluator(), FakeRun()
+        (tmp_path / f"{every}").mkdir()
+        with Monitor(RunDir(tmp_path / f"{every}"), cfg, target_return=None) as monitor:
+            sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
+            run.step = 100
+            sup.maybe_evaluate()
+            assert ev.asked == [] and not sup.repriced
+
+
 def test_a_cut_short_evaluation_counts_for_nothing_and_is_recorded(tmp_path):
     """Its episodes are the ones that ended first (the short ones): no row, no best model, no
     try of the stop rule, even where its mean would pass; the outcome records it."""
@@ -337,6 +408,48 @@ def test_the_deadline_cuts_a_confirmation_short():
         ev.close()
     assert result.cut_short and result.confirmed and result.planned == 30
     assert result.returns == () and result.screen_seconds > 0
+
+
+def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
+    """A clock the plays advance (not the machine's): the screen 3 s, the re-screen 3 s, the
+    kept model's play of its starts 40 s. The evaluation reports the 46 s and the kept
+    model's 40 on their own, and the plan prices each model on its own episodes."""
+    import types
+
+    from asyncrl.algos import make_algorithm
+    from asyncrl.envs import probe_env
+    from asyncrl.messages import GlobalSnapshot
+    from asyncrl.models import build_model, flatten_parameters
+    from asyncrl.presets import preset
+
+    env = "asyncrl-test/Counter-v0"
+    cfg = preset(None, env=env).validate()
+    spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(env)))
+    flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
+    snap = GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
+    now = [0.0]
+    plays = iter([(3.0, 5.0), (3.0, 5.0), (40.0, 1.0)])  # seconds, return
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, **_):
+        seconds, ret = next(plays)
+        now[0] += seconds
+        return [ret] * len(seeds)
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    monkeypatch.setattr(evaluation, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    ev = evaluation.Evaluator(spec, "a3c", env, {}, episodes=4, deterministic=True, seed=0)
+    ev.bar = lambda: 2.0  # the kept model's score: the screen's 5 beats it
+    ev.keep(snap)
+    try:
+        assert ev.submit(1, 100, 0.0, snap)
+        (result,) = ev.wait()
+    finally:
+        ev.close()
+    assert result.stage == "re-screen" and result.kept_returns == (1.0,) * 4
+    assert (result.seconds, result.kept_seconds) == (46.0, 40.0)
+    plan = _plan()
+    plan.observe(result, training=False)
+    assert plan.per_episode == 0.75 and plan.kept_per_episode == 10.0
 
 
 def test_the_kept_model_is_rescored_and_printed_first(run_dir, capsys):

@@ -103,6 +103,9 @@ class Evaluation:
     # the kept model's returns on the re-screen's starts (none where no model was kept in
     # this process): the paired comparison the model is kept or not on
     kept_returns: tuple[float, ...] = ()
+    # the seconds of the kept model's episodes of a re-screen, timed on their own: they
+    # price the kept model's re-scoring, the rest of ``seconds`` the latest model's episodes
+    kept_seconds: float = 0.0
 
     @property
     def mean(self) -> float:
@@ -291,14 +294,14 @@ class Evaluator:
                     if policy is None:
                         policy, kept = self._policy(), self._policy()
                     load_snapshot(policy[0].model, policy[1], snap)
-                    returns, stage, screen, cut, pair = self._play(
+                    returns, stage, screen, cut, pair, paired = self._play(
                         policy, kept, envs_for, index, rng, snap
                     )
                     seconds = time.perf_counter() - t0
                     ev = Evaluation(
                         index, step, wall, tuple(returns), seconds, snap, None,
                         stage == "confirmation", screen, cut is not None, cut or 0,
-                        stage == "re-screen", tuple(pair),
+                        stage == "re-screen", tuple(pair), paired,
                     )  # fmt: skip
                 except Stopped:  # close(): nobody waits for this answer
                     break
@@ -323,13 +326,14 @@ class Evaluator:
         index: int,
         rng: np.random.Generator,
         snap: GlobalSnapshot,
-    ) -> tuple[list[float], str, float, int | None, list[float]]:
+    ) -> tuple[list[float], str, float, int | None, list[float], float]:
         """The screen's returns; where they reach the target, the confirmation's instead, and
         where they beat the kept model's score (:attr:`bar`), a re-screen's: new episodes, for
         the screen's were picked for passing and would bias the mean up. And the stage the
         returns are of (:attr:`Evaluation.stage`), the screen's seconds (a re-screen's
         included), where the deadline cut a stage short, the episodes it planned (None where
-        nothing was cut), and a re-screen's pair: the kept model's returns on its starts."""
+        nothing was cut), and a re-screen's pair: the kept model's returns on its starts, and
+        their seconds."""
         t0 = time.perf_counter()
         m, n = self.episodes, self.confirm[1] if self.confirm else 0
         # the confirmation's seeds, then the re-screen's: each evaluation's own, never a
@@ -337,17 +341,17 @@ class Evaluator:
         seeds = eval_seeds(self.seed, index, m + max(n, m))
         returns, cut = self._episodes("screen", policy[0], envs_for, seeds[:m], rng, snap)
         if cut:
-            return returns, "screen", time.perf_counter() - t0, m, []
+            return returns, "screen", time.perf_counter() - t0, m, [], 0.0
         mean = statistics.fmean(returns)
         if self.confirm is not None and mean >= self.confirm[0]:
             screen = time.perf_counter() - t0
             more, cut = self._episodes("confirmation", policy[0], envs_for, seeds[m:], rng, snap)
-            return more, "confirmation", screen, n if cut else None, []
+            return more, "confirmation", screen, n if cut else None, [], 0.0
         bar = self.bar()
         # (a screen at the target with no confirmation is the stop rule's try itself)
         reached = self.target is not None and mean >= self.target
         if bar is None or mean <= bar or reached:
-            return returns, "screen", time.perf_counter() - t0, None, []
+            return returns, "screen", time.perf_counter() - t0, None, [], 0.0
         # both models on the same starts and, where they sample, the same stream of draws
         again = seeds[m : 2 * m]
         draws = [self.seed, _EVAL_STREAM, index, 1]
@@ -355,6 +359,7 @@ class Evaluator:
             "re-screen", policy[0], envs_for, again, np.random.default_rng(draws), snap
         )
         pair: list[float] = []
+        paired = time.perf_counter()
         if not cut and kept is not None and (kept_snap := self._kept) is not None:
             load_snapshot(kept[0].model, kept[1], kept_snap)
             pair, pair_cut = self._episodes(
@@ -363,7 +368,8 @@ class Evaluator:
             )  # fmt: skip
             if pair_cut:  # the new model's re-screen is whole: compared with the score instead
                 pair = []
-        return more, "re-screen", time.perf_counter() - t0, m if cut else None, pair
+        paired = time.perf_counter() - paired if pair else 0.0
+        return more, "re-screen", time.perf_counter() - t0, m if cut else None, pair, paired
 
     def _episodes(
         self,

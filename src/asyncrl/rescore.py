@@ -88,22 +88,27 @@ class TimePlan:
     def observe(self, ev: Evaluation, training: bool = True, kept: bool = False) -> None:
         """Take the expected seconds from a finished evaluation (the latest: the policy's
         episodes grow as it learns); ``training``: it played beside the workers; ``kept``:
-        its model is the one the run keeps now."""
+        its model is the one the run keeps now. A re-screen's kept-model episodes, timed on
+        their own, measure the kept model again where the latest is not kept."""
         if ev.cut_short or ev.error is not None or not ev.returns:
             return
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
-        if training:
-            seconds /= max(1.0, (self.workers + 1) / self.cores)
-        # (a re-screen's evaluation played its screen and the kept model's episodes too, each
-        # as waves of their own)
-        if self.separate:
-            self.per_episode = seconds / ev.played
-        else:
-            plays = (2 if ev.rescreened else 1) + (1 if ev.kept_returns else 0)
-            self.per_episode = seconds / (math.ceil(len(ev.returns) / EVAL_WAVE) * plays)
+        share = self.share() if training else 1.0
+        # (a re-screen's evaluation played its screen and its re-screen, each as waves of
+        # their own, and then the kept model's episodes)
+        n = len(ev.returns) if self.separate else math.ceil(len(ev.returns) / EVAL_WAVE)
+        own = n * (2 if ev.rescreened else 1)
+        self.per_episode = (seconds - ev.kept_seconds) / own / share
         if kept:
             self.kept_per_episode = self.per_episode
+        elif ev.kept_returns:
+            self.kept_per_episode = ev.kept_seconds / n / share
         self.measured = True
+
+    def share(self) -> float:
+        """How much slower an evaluation plays beside the workers than on a core of its own:
+        it has about cores / (workers + 1) of a core."""
+        return max(1.0, (self.workers + 1) / self.cores)
 
     def state_dict(self) -> dict[str, float | None]:
         """What a resumed run's plan starts from: the seconds an episode measured so far (of
@@ -164,8 +169,9 @@ class TimePlan:
         return worth_processes(self.processes, self.playing(episodes, 1))
 
     def screen(self) -> float:
-        """The expected seconds of an evaluation during training (one thread)."""
-        return self.evaluation(1)
+        """The expected seconds of an evaluation during training (one thread, beside the
+        workers)."""
+        return self.evaluation(1) * self.share()
 
     def reserve(self, final_evaluation: bool, under_way: int = 0, plays: int = 0) -> float:
         """The seconds training leaves before the limit: its stop, the ``under_way`` episodes
@@ -173,10 +179,21 @@ class TimePlan:
         training frees, rather than being cut short) and the ``plays`` of a re-screen's
         episodes that may follow them, a final evaluation (where the run makes one) and the
         re-scoring; at most :data:`RESERVE_SHARE` of the limit."""
+        return min(self.wanted(final_evaluation, under_way, plays), self.cap())
+
+    def wanted(self, final_evaluation: bool, under_way: int = 0, plays: int = 0) -> float:
+        """The expected seconds of the work after training (:meth:`reserve`, uncapped)."""
         want = self.stopping() + self.playing(under_way) + self.pairs(plays) + self.rescoring()
-        if final_evaluation:
-            want += self.evaluation()
-        return min(want, RESERVE_SHARE * self.seconds)
+        return want + (self.evaluation() if final_evaluation else 0.0)
+
+    def cap(self) -> float:
+        return RESERVE_SHARE * self.seconds
+
+    def squeezed(self) -> bool:
+        """Whether the reserve's cap squeezes the work after training: the kept model's
+        re-scoring then costs training time it may not need (the model is likely a greedy
+        Atari policy that stalls every game to the frame cap, and a later one's games end)."""
+        return self.wanted(final_evaluation=True) > self.cap()
 
     def stopping(self) -> float:
         """The seconds reserved for training's stop and the files written after it."""
@@ -187,7 +204,7 @@ class TimePlan:
         the reserve's cap squeezes them, what the cap leaves after the stop and the final
         evaluation (the re-scoring is then cut short, rather than the evaluations before it,
         which pick the model it scores)."""
-        cap = RESERVE_SHARE * self.seconds - self.stopping() - self.evaluation()
+        cap = self.cap() - self.stopping() - self.evaluation()
         return max(0.0, min(self.rescoring(), cap))
 
     def left(self) -> float | None:

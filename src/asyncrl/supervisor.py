@@ -191,6 +191,7 @@ class Supervisor:
         self.time_limit = cfg.time_limit_seconds()
         self.last_ckpt = (time.monotonic(), run.global_step())
         self.pending: tuple[int, set[int]] | None = None  # request id, workers yet to answer
+        self.repriced = False  # the screen before a squeezed reserve's stop is under way or done
 
     def run(self, worker_states: dict[int, dict]) -> Outcome:
         self.run_.clock(self.monitor.elapsed())
@@ -357,19 +358,42 @@ class Supervisor:
             # the default interval also keeps evaluation's share of the run's time small: the
             # screens so far within EVAL_SHARE of the run's time so far
             due = self.monitor.screen_seconds <= EVAL_SHARE * self.monitor.elapsed()
-        left = None if self.plan is None else self.plan.left()
-        if due and self.plan is not None and left is not None:
+        plan = self.plan
+        left = None if plan is None else plan.left()
+        reprice = False
+        if plan is not None and left is not None:
+            room = left - plan.reserve(final_evaluation=True)
             # none that would still be playing when training stops for the time limit: the
             # final evaluation, of later parameters, takes its place
-            due = left - self.plan.reserve(final_evaluation=True) >= self.plan.screen()
+            due = due and room >= plan.screen()
+            # but where the kept model's episodes squeeze the reserve to its cap, one screen
+            # of the latest parameters a screen's time before the stop (in a run that
+            # evaluates as it trains): if they beat the kept model, they are kept, and their
+            # episodes (which usually end: a stalled greedy policy's do not) price the
+            # re-scoring, and training goes on for the time that frees (docs/atari.md, "A
+            # kept model the stop replaces")
+            reprice = (
+                not self.repriced
+                and every > 0
+                and step > self.last_eval_step
+                and 0 < room < plan.screen()
+                and plan.kept_per_episode is not None
+                and plan.squeezed()
+            )
         wanted = self.eval_wanted and (
             self.monitor.episodes - self.eval_asked_at >= max(1, self.cfg.window // 4)
         )
-        if due or wanted:
+        if due or wanted or reprice:
             self.evaluate_now(step)
             self.eval_wanted = False
             if wanted:
                 self.eval_asked_at = self.monitor.episodes
+            if reprice:
+                self.repriced = True
+                self.monitor.log(
+                    "the re-scoring's reserve is at its cap: screening the latest model "
+                    "before training stops"
+                )
 
     def evaluate_now(self, step: int, snap: GlobalSnapshot | None = None) -> bool:
         """Hand the evaluator the global state (``snap``, or the run's now): a reader of the
