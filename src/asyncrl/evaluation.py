@@ -368,7 +368,7 @@ class Evaluator:
             )  # fmt: skip
             if pair_cut:  # the new model's re-screen is whole: compared with the score instead
                 pair = []
-        paired = time.perf_counter() - paired if pair else 0.0
+        paired = time.perf_counter() - paired  # (a pair the deadline cut took time too)
         return more, "re-screen", time.perf_counter() - t0, m if cut else None, pair, paired
 
     def _episodes(
