@@ -760,7 +760,7 @@ def test_the_default_schedule_keeps_the_screens_within_their_share_of_the_run(tm
         def __init__(self):
             self.asked, self.done = [], []
 
-        def submit(self, index, step, wall, snap):
+        def submit(self, index, step, wall, snap, within=None):
             self.asked.append(step)
             return True
 

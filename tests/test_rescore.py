@@ -232,10 +232,11 @@ class FakeEvaluator:
     busy, episodes, confirm, progress = False, 10, None, None
 
     def __init__(self):
-        self.asked = []
+        self.asked, self.within = [], []
 
-    def submit(self, index, step, wall, snap):
+    def submit(self, index, step, wall, snap, within=None):
         self.asked.append(step)
+        self.within.append(within)
         return True
 
     def results(self):
@@ -304,9 +305,10 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
 ):
     """The kept model stalls (20 s a game: its 100 games' re-scoring, 1,000 s, is squeezed by
     the reserve's cap of 150 s). A screen's time before the stop (10 games and a pair of 10
-    each: 600 s), one screen of the latest parameters; it beats the kept model on their
-    starts, its games take 1.5 s and price the re-scoring: training goes on past the stop the
-    stalled model's price set. Once a process; never where the reserve is not squeezed."""
+    each: 600 s), one screen of the latest parameters, each stage within the seconds past
+    which its games would not end the squeeze; its re-screen beats the kept model's score,
+    its games take 1.5 s and price the re-scoring: training goes on past the stop the stalled
+    model's price set. Once a process; never where the reserve is not squeezed."""
     cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
     left = [800.0]
     plan = _plan()  # 600 s: a cap of 150 s
@@ -325,15 +327,16 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
         left[0] = 749.0
         sup.maybe_evaluate()
         assert ev.asked == [100] and sup.repriced
+        # (145 s of work after training at 145 / 65 s a game: 10 games beside the worker)
+        assert ev.within == [pytest.approx(10 * 145 / 65)] == [plan.quick_screen()]
         assert "screening the latest model before training stops" in capsys.readouterr().err
         run.step = 200
         sup.maybe_evaluate()
         assert ev.asked == [100]  # once
-        # 30 s: 10 games and 10 more of its re-screen; the kept model's 10 in 205 s
+        # 30 s: 10 games and 10 more of its re-screen, which beat the kept model's score
         latest = evaluation.Evaluation(
-            1, 100, 2.0, (9.0,) * 10, 235.0, screen_seconds=235.0, rescreened=True,
-            kept_returns=(3.0,) * 10, kept_seconds=205.0,
-        )  # fmt: skip
+            1, 100, 2.0, (9.0,) * 10, 30.0, screen_seconds=30.0, rescreened=True
+        )
         left[0] = 400.0
         sup.evaluated(latest)
         assert plan.kept_per_episode == 1.5 and not plan.squeezed()
@@ -410,11 +413,30 @@ def test_the_deadline_cuts_a_confirmation_short():
     assert result.returns == () and result.screen_seconds > 0
 
 
+def _fake_plays(monkeypatch, plays):
+    """The evaluator's plays on a clock they advance (``plays``: each one's seconds and
+    return); a play the deadline falls inside ends there, out of time, as play_episodes does."""
+    import types
+
+    now = [0.0]
+
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, deadline=None, **_):
+        seconds, ret = next(plays)
+        limit = deadline() if callable(deadline) else deadline
+        if limit is not None and now[0] + seconds >= limit:
+            now[0] = max(now[0], limit)
+            raise OutOfTime
+        now[0] += seconds
+        return [ret] * len(seeds)
+
+    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    monkeypatch.setattr(evaluation, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+
+
 def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
     """A clock the plays advance (not the machine's): the screen 3 s, the re-screen 3 s, the
     kept model's play of its starts 40 s. The evaluation reports the 46 s and the kept
     model's 40 on their own, and the plan prices each model on its own episodes."""
-    import types
 
     from asyncrl.algos import make_algorithm
     from asyncrl.envs import probe_env
@@ -427,16 +449,7 @@ def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
     spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(env)))
     flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
     snap = GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
-    now = [0.0]
-    plays = iter([(3.0, 5.0), (3.0, 5.0), (40.0, 1.0)])  # seconds, return
-
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, **_):
-        seconds, ret = next(plays)
-        now[0] += seconds
-        return [ret] * len(seeds)
-
-    monkeypatch.setattr(evaluation, "play_episodes", scheduled)
-    monkeypatch.setattr(evaluation, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    _fake_plays(monkeypatch, iter([(3.0, 5.0), (3.0, 5.0), (40.0, 1.0)]))  # seconds, return
     ev = evaluation.Evaluator(spec, "a3c", env, {}, episodes=4, deterministic=True, seed=0)
     ev.bar = lambda: 2.0  # the kept model's score: the screen's 5 beats it
     ev.keep(snap)
@@ -450,6 +463,68 @@ def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
     plan = _plan()
     plan.observe(result, training=False)
     assert plan.per_episode == 0.75 and plan.kept_per_episode == 10.0
+
+
+def test_a_model_at_the_freeing_price_ends_the_squeeze():
+    """The price the screen before a squeezed reserve's stop gives up past: a kept model whose
+    episodes take it fills the reserve's cap exactly, one a little quicker leaves it squeezed
+    no more; on natively vectorized envs too (waves, not episodes)."""
+    for kw in ({}, {"separate": False, "workers": 2}):
+        plan = _plan(**kw)
+        plan.observe(_evaluation(seconds=300.0), kept=True)
+        assert plan.squeezed()
+        price = plan.freeing_price()
+        plan.per_episode = plan.kept_per_episode = price
+        assert plan.wanted(final_evaluation=True) == pytest.approx(plan.cap())
+        plan.per_episode = plan.kept_per_episode = 0.99 * price
+        assert not plan.squeezed()
+        # a screen's stage beside the workers: its episodes on one process, at their share
+        assert plan.quick_screen() == pytest.approx(
+            plan.units(plan.eval_episodes, 1) * price * plan.share()
+        )
+
+
+def test_the_screen_before_the_stop_gives_up_on_long_episodes_and_plays_no_pair(
+    monkeypatch, tmp_path
+):
+    """``within`` 10 s a stage: a screen whose games take 30 s gives up at 10 s (counting for
+    nothing, and not a cut of the time limit); one whose games take 3 s is re-screened, and
+    its re-screen is compared with the kept model's score: the kept model plays nothing."""
+    from asyncrl.algos import make_algorithm
+    from asyncrl.envs import probe_env
+    from asyncrl.messages import GlobalSnapshot
+    from asyncrl.models import build_model, flatten_parameters
+    from asyncrl.presets import preset
+
+    env = "asyncrl-test/Counter-v0"
+    cfg = preset(None, env=env).validate()
+    spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(env)))
+    flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
+    snap = GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
+    results = []
+    for plays in ([(30.0, 5.0)], [(3.0, 5.0), (3.0, 5.0)]):
+        _fake_plays(monkeypatch, iter(plays))  # (a third play, the pair's, would raise)
+        ev = evaluation.Evaluator(spec, "a3c", env, {}, episodes=4, deterministic=True, seed=0)
+        ev.bar = lambda: 2.0  # the kept model's score: the screen's 5 beats it
+        ev.keep(snap)
+        try:
+            assert ev.submit(1, 100, 0.0, snap, within=10.0)
+            results += ev.wait()
+        finally:
+            ev.close()
+    slow, quick = results
+    assert slow.gave_up and not slow.cut_short and slow.returns == () and slow.seconds == 10.0
+    assert quick.stage == "re-screen" and not quick.gave_up and quick.kept_returns == ()
+    assert quick.seconds == 6.0 and quick.mean == 5.0 and quick.beats_kept is None
+    plan = _plan()
+    plan.observe(slow, kept=False)
+    assert not plan.measured  # it counts for nothing
+    # the supervisor says so, and keeps nothing of it
+    cfg = asyncrl.Config(progress=False, tensorboard=False)
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        sup = Supervisor(cfg, FakeRun(), monitor, lambda *a: None)  # type: ignore[arg-type]
+        sup.evaluated(slow)
+        assert monitor.best_eval is None and sup.outcome.cut_short == []
 
 
 def test_the_kept_model_is_rescored_and_printed_first(run_dir, capsys):

@@ -35,6 +35,9 @@ from asyncrl.policy import OutOfTime, Policy, Stopped, play_episodes
 _EVAL_STREAM = 0xE7A1
 #: and the re-scoring's (held_out_seeds)
 HELD_OUT_STREAM = 0x5C0E
+#: why :meth:`Evaluator._episodes` stopped short: the run's deadline came, or the seconds a
+#: screen before a squeezed reserve's stop was given (``within``)
+OUT_OF_TIME, GAVE_UP = "out of time", "gave up"
 #: The reset seeds are 32-bit, and their top bit says who plays them: clear for the evaluations
 #: during training (screens and confirmations, :func:`eval_seeds`), set for the re-scoring of
 #: the kept model after it (:func:`held_out_seeds`). The two sets are disjoint by construction,
@@ -106,6 +109,9 @@ class Evaluation:
     # the seconds of the kept model's episodes of a re-screen, timed on their own: they
     # price the kept model's re-scoring, the rest of ``seconds`` the latest model's episodes
     kept_seconds: float = 0.0
+    # a screen before a squeezed reserve's stop (Evaluator.submit's ``within``) whose model's
+    # episodes proved too long to end the squeeze: it stopped playing, and counts for nothing
+    gave_up: bool = False
 
     @property
     def mean(self) -> float:
@@ -196,7 +202,9 @@ class Evaluator:
         #: the evaluation under way, for a progress line: its stage ("screen" or
         #: "confirmation"), episodes ended, episodes planned, and its perf_counter start
         self.progress: tuple[str, int, int, float] | None = None
-        self._requests: queue.Queue[tuple[int, int, float, GlobalSnapshot] | None] = queue.Queue()
+        self._requests: queue.Queue[tuple[int, int, float, GlobalSnapshot, float | None] | None] = (
+            queue.Queue()
+        )
         self._results: queue.Queue[Evaluation] = queue.Queue()
         self._pending = 0  # submitted, not yet taken back (only the caller's thread counts)
         self._thread: threading.Thread | None = None
@@ -206,15 +214,28 @@ class Evaluator:
     def busy(self) -> bool:
         return self._pending > 0
 
-    def submit(self, index: int, global_step: int, wall: float, snap: GlobalSnapshot) -> bool:
-        """Evaluate ``snap``; False (and nothing done) while an evaluation is under way."""
+    def submit(
+        self,
+        index: int,
+        global_step: int,
+        wall: float,
+        snap: GlobalSnapshot,
+        within: float | None = None,
+    ) -> bool:
+        """Evaluate ``snap``; False (and nothing done) while an evaluation is under way.
+
+        ``within``: the seconds each of its stages may take, past which it gives up
+        (:attr:`Evaluation.gave_up`), and a re-screen is compared with the kept model's score
+        rather than played beside it: the screen before a squeezed reserve's stop, which asks
+        only whether a model whose episodes end beats a kept one whose episodes stall (the
+        stalled model's plays would cost what the screen is there to free)."""
         if self._pending:
             return False
         self._pending += 1
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="asyncrl-eval", daemon=True)
             self._thread.start()
-        self._requests.put((index, global_step, wall, snap))
+        self._requests.put((index, global_step, wall, snap, within))
         return True
 
     def keep(self, snap: GlobalSnapshot | None) -> None:
@@ -287,21 +308,21 @@ class Evaluator:
         kept: tuple[Policy, torch.Tensor] | None = None
         try:
             while (request := self._requests.get()) is not None:
-                index, step, wall, snap = request
+                index, step, wall, snap, within = request
                 t0 = time.perf_counter()
                 # every request gets an answer, failed or not: the run waits for the last one
                 try:
                     if policy is None:
                         policy, kept = self._policy(), self._policy()
                     load_snapshot(policy[0].model, policy[1], snap)
-                    returns, stage, screen, cut, pair, paired = self._play(
-                        policy, kept, envs_for, index, rng, snap
+                    returns, stage, screen, cut, pair, paired, gave_up = self._play(
+                        policy, kept, envs_for, index, rng, snap, within
                     )
                     seconds = time.perf_counter() - t0
                     ev = Evaluation(
                         index, step, wall, tuple(returns), seconds, snap, None,
-                        stage == "confirmation", screen, cut is not None, cut or 0,
-                        stage == "re-screen", tuple(pair), paired,
+                        stage == "confirmation", screen, cut is not None and not gave_up,
+                        cut or 0, stage == "re-screen", tuple(pair), paired, gave_up,
                     )  # fmt: skip
                 except Stopped:  # close(): nobody waits for this answer
                     break
@@ -326,41 +347,44 @@ class Evaluator:
         index: int,
         rng: np.random.Generator,
         snap: GlobalSnapshot,
-    ) -> tuple[list[float], str, float, int | None, list[float], float]:
+        within: float | None = None,
+    ) -> tuple[list[float], str, float, int | None, list[float], float, bool]:
         """The screen's returns; where they reach the target, the confirmation's instead, and
         where they beat the kept model's score (:attr:`bar`), a re-screen's: new episodes, for
         the screen's were picked for passing and would bias the mean up. And the stage the
         returns are of (:attr:`Evaluation.stage`), the screen's seconds (a re-screen's
-        included), where the deadline cut a stage short, the episodes it planned (None where
-        nothing was cut), and a re-screen's pair: the kept model's returns on its starts, and
-        their seconds."""
+        included), where the deadline cut a stage short (or it gave up, past ``within``), the
+        episodes it planned (None where nothing was cut), a re-screen's pair: the kept model's
+        returns on its starts, and their seconds, and whether it gave up."""
         t0 = time.perf_counter()
         m, n = self.episodes, self.confirm[1] if self.confirm else 0
         # the confirmation's seeds, then the re-screen's: each evaluation's own, never a
         # screen's or another evaluation's (eval_seeds)
         seeds = eval_seeds(self.seed, index, m + max(n, m))
-        returns, cut = self._episodes("screen", policy[0], envs_for, seeds[:m], rng, snap)
+        returns, cut = self._episodes("screen", policy[0], envs_for, seeds[:m], rng, snap, within)
         if cut:
-            return returns, "screen", time.perf_counter() - t0, m, [], 0.0
+            return returns, "screen", time.perf_counter() - t0, m, [], 0.0, cut == GAVE_UP
         mean = statistics.fmean(returns)
         if self.confirm is not None and mean >= self.confirm[0]:
             screen = time.perf_counter() - t0
             more, cut = self._episodes("confirmation", policy[0], envs_for, seeds[m:], rng, snap)
-            return more, "confirmation", screen, n if cut else None, [], 0.0
+            return more, "confirmation", screen, n if cut else None, [], 0.0, False
         bar = self.bar()
         # (a screen at the target with no confirmation is the stop rule's try itself)
         reached = self.target is not None and mean >= self.target
         if bar is None or mean <= bar or reached:
-            return returns, "screen", time.perf_counter() - t0, None, [], 0.0
+            return returns, "screen", time.perf_counter() - t0, None, [], 0.0, False
         # both models on the same starts and, where they sample, the same stream of draws
         again = seeds[m : 2 * m]
         draws = [self.seed, _EVAL_STREAM, index, 1]
         more, cut = self._episodes(
-            "re-screen", policy[0], envs_for, again, np.random.default_rng(draws), snap
+            "re-screen", policy[0], envs_for, again, np.random.default_rng(draws), snap, within
         )
+        gave_up = cut == GAVE_UP
         pair: list[float] = []
         paired = time.perf_counter()
-        if not cut and kept is not None and (kept_snap := self._kept) is not None:
+        kept_snap = self._kept if within is None else None  # (``within``: the score instead)
+        if not cut and kept is not None and kept_snap is not None:
             load_snapshot(kept[0].model, kept[1], kept_snap)
             pair, pair_cut = self._episodes(
                 "re-screen of the kept model", kept[0], envs_for, again,
@@ -369,7 +393,8 @@ class Evaluator:
             if pair_cut:  # the new model's re-screen is whole: compared with the score instead
                 pair = []
         paired = time.perf_counter() - paired  # (a pair the deadline cut took time too)
-        return more, "re-screen", time.perf_counter() - t0, m if cut else None, pair, paired
+        cut_at = m if cut else None
+        return more, "re-screen", time.perf_counter() - t0, cut_at, pair, paired, gave_up
 
     def _episodes(
         self,
@@ -379,14 +404,23 @@ class Evaluator:
         seeds: list[int],
         rng: np.random.Generator,
         snap: GlobalSnapshot,
-    ) -> tuple[list[float], bool]:
-        """The returns of the episodes of ``seeds`` in their order, and False; or, where the
-        deadline came first, those of the episodes that had ended, and True. Wave by wave on
+        within: float | None = None,
+    ) -> tuple[list[float], str | None]:
+        """The returns of the episodes of ``seeds`` in their order, and None; or, where the
+        deadline came first, those of the episodes that had ended, and :data:`OUT_OF_TIME`
+        (:data:`GAVE_UP` where ``within`` seconds of this play came first). Wave by wave on
         this thread, or, once :attr:`processes` is over 1 (training has stopped), the waves
         left on that many processes."""
         ended: dict[int, float] = {}
         start = time.perf_counter()
         self.progress = (stage, 0, len(seeds), start)
+        deadline = self.deadline
+        if within is not None:
+            given_up_at = start + within
+
+            def deadline() -> float:
+                limit = self.deadline()
+                return given_up_at if limit is None else min(limit, given_up_at)
 
         def record(i: int, ret: float) -> None:
             ended[i] = ret
@@ -405,20 +439,22 @@ class Evaluator:
                     play_parallel(
                         source, seeds[at:], self.processes, deterministic=self.deterministic,
                         rng_seed=(self.seed, _EVAL_STREAM, seeds[at]), stop=self._stop,
-                        deadline=self.deadline, on_episode=on_episode,
+                        deadline=deadline, on_episode=on_episode,
                     )  # fmt: skip
                     break
                 wave = play_episodes(
                     policy, envs, seeds[at : at + envs.num_envs], self.deterministic, rng,
-                    stop=self._stop, deadline=self.deadline, on_episode=on_episode,
+                    stop=self._stop, deadline=deadline, on_episode=on_episode,
                 )  # fmt: skip
                 for i, ret in enumerate(wave):
                     ended[at + i] = ret
         except OutOfTime:
-            return [ended[i] for i in sorted(ended)], True
+            limit = self.deadline()
+            late = limit is not None and time.perf_counter() >= limit
+            return [ended[i] for i in sorted(ended)], OUT_OF_TIME if late else GAVE_UP
         finally:
             self.progress = None
-        return [ended[i] for i in range(len(seeds))], False
+        return [ended[i] for i in range(len(seeds))], None
 
 
 @torch.no_grad()

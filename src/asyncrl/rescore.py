@@ -90,7 +90,7 @@ class TimePlan:
         episodes grow as it learns); ``training``: it played beside the workers; ``kept``:
         its model is the one the run keeps now. A re-screen's kept-model episodes, timed on
         their own, measure the kept model again where the latest is not kept."""
-        if ev.cut_short or ev.error is not None or not ev.returns:
+        if ev.cut_short or ev.gave_up or ev.error is not None or not ev.returns:
             return
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
         share = self.share() if training else 1.0
@@ -144,10 +144,14 @@ class TimePlan:
         per = self.kept_per_episode if kept and self.kept_per_episode else self.per_episode
         if per is None or episodes <= 0:
             return 0.0
+        return per * self.units(episodes, processes)
+
+    def units(self, episodes: int, processes: int | None = None) -> int:
+        """What ``episodes`` episodes on ``processes`` (default: after training's) processes
+        cost, in episodes (or waves) of one process: a process's share of them, each stepped
+        on its own, or the waves of a natively vectorized env."""
         p = self.processes if processes is None else processes
-        if self.separate:  # a process's share of the episodes, each stepped on its own
-            return per * math.ceil(episodes / p)
-        return per * math.ceil(episodes / EVAL_WAVE)
+        return math.ceil(episodes / (p if self.separate else EVAL_WAVE))
 
     def rescoring(self) -> float:
         return self.playing(self.rescore_episodes, kept=True)
@@ -194,6 +198,19 @@ class TimePlan:
         re-scoring then costs training time it may not need (the model is likely a greedy
         Atari policy that stalls every game to the frame cap, and a later one's games end)."""
         return self.wanted(final_evaluation=True) > self.cap()
+
+    def freeing_price(self) -> float:
+        """The seconds an episode (or wave) of a model kept in place of the kept one may take
+        for the work after training, priced on that model's episodes alone (its final
+        evaluation's pair included), to fit the reserve's cap: the squeeze ends at or under it."""
+        plays = self.units(self.rescore_episodes) + 3 * self.units(self.eval_episodes)
+        return max(0.0, self.cap() - self.stopping()) / plays
+
+    def quick_screen(self) -> float:
+        """The seconds each stage (screen, re-screen) of the screen before a squeezed reserve's
+        stop may take beside the workers: past them, the latest model's episodes are too long
+        to end the squeeze (:meth:`freeing_price`), and it gives up."""
+        return self.units(self.eval_episodes, 1) * self.freeing_price() * self.share()
 
     def stopping(self) -> float:
         """The seconds reserved for training's stop and the files written after it."""

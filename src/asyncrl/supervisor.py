@@ -368,10 +368,11 @@ class Supervisor:
             due = due and room >= plan.screen()
             # but where the kept model's episodes squeeze the reserve to its cap, one screen
             # of the latest parameters a screen's time before the stop (in a run that
-            # evaluates as it trains): if they beat the kept model, they are kept, and their
-            # episodes (which usually end: a stalled greedy policy's do not) price the
-            # re-scoring, and training goes on for the time that frees (docs/atari.md, "A
-            # kept model the stop replaces")
+            # evaluates as it trains): if they beat the kept model's score, they are kept,
+            # and their episodes (which usually end: a stalled greedy policy's do not) price
+            # the re-scoring, and training goes on for the time that frees. It plays no pair
+            # of the stalled kept model, and gives up once its own episodes prove too long to
+            # end the squeeze (docs/atari.md, "A kept model the stop replaces")
             reprice = (
                 not self.repriced
                 and every > 0
@@ -384,7 +385,8 @@ class Supervisor:
             self.monitor.episodes - self.eval_asked_at >= max(1, self.cfg.window // 4)
         )
         if due or wanted or reprice:
-            self.evaluate_now(step)
+            within = plan.quick_screen() if reprice and plan is not None else None
+            self.evaluate_now(step, within=within)
             self.eval_wanted = False
             if wanted:
                 self.eval_asked_at = self.monitor.episodes
@@ -395,13 +397,16 @@ class Supervisor:
                     "before training stops"
                 )
 
-    def evaluate_now(self, step: int, snap: GlobalSnapshot | None = None) -> bool:
+    def evaluate_now(
+        self, step: int, snap: GlobalSnapshot | None = None, within: float | None = None
+    ) -> bool:
         """Hand the evaluator the global state (``snap``, or the run's now): a reader of the
-        parameters, as a checkpoint is. False while it is busy."""
+        parameters, as a checkpoint is (``within``: :meth:`Evaluator.submit`'s). False while
+        it is busy."""
         assert self.evaluator is not None
         snap = snap if snap is not None else self.run_.checkpoint_state({})
         index = self.monitor.evaluations
-        if not self.evaluator.submit(index, step, self.monitor.elapsed(), snap):
+        if not self.evaluator.submit(index, step, self.monitor.elapsed(), snap, within=within):
             return False
         self.monitor.evaluations = index + 1
         self.last_eval_step = step
@@ -414,6 +419,13 @@ class Supervisor:
                 "evaluations"
             )
             self.evaluator = None
+            return
+        if result.gave_up:  # (its episodes that ended first are the short ones, as below)
+            self.monitor.log(
+                f"evaluation {result.index}: the latest model's {result.stage} took "
+                f"{result.seconds:.0f} s, too long for its episodes to free the re-scoring's "
+                "reserve; it gave up and counts for nothing"
+            )
             return
         if result.cut_short:
             # the episodes that ended first are the short ones, and a confirmation of fewer
