@@ -304,11 +304,11 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
     tmp_path, capsys
 ):
     """The kept model stalls (20 s a game: its 100 games' re-scoring, 1,000 s, is squeezed by
-    the reserve's cap of 150 s). A screen's time before the stop (10 games and a pair of 10
-    each: 600 s), one screen of the latest parameters, each stage within the seconds past
-    which its games would not end the squeeze; its re-screen beats the kept model's score,
-    its games take 1.5 s and price the re-scoring: training goes on past the stop the stalled
-    model's price set. Once a process; never where the reserve is not squeezed."""
+    the reserve's cap of 150 s). One screen of the latest parameters, each of its two stages
+    within the seconds past which its games would not end the squeeze, as late as both end
+    before the stop; its re-screen beats the kept model's score, its games take 1.5 s and
+    price the re-scoring: training goes on past the stop the stalled model's price set. Once
+    a process; never where the reserve is not squeezed."""
     cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
     left = [800.0]
     plan = _plan()  # 600 s: a cap of 150 s
@@ -323,12 +323,16 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
         assert plan.reserve(final_evaluation=True) == 150.0 and plan.screen() == 600.0
         run.step = 100
         sup.maybe_evaluate()
-        assert ev.asked == [] and not sup.repriced  # room 650 s: more than a screen's
-        left[0] = 749.0
+        assert ev.asked == [] and not sup.repriced  # room 650 s: periodic screens still fit
+        # each stage within 22.3 s (the 145 s of work after training on 65 games' worth, so
+        # 2.23 s a game: 10 games beside the worker), so both within 44.6 s
+        assert plan.quick_screen() == pytest.approx(10 * 145 / 65)
+        left[0] = 195.0
         sup.maybe_evaluate()
-        assert ev.asked == [100] and sup.repriced
-        # (145 s of work after training at 145 / 65 s a game: 10 games beside the worker)
-        assert ev.within == [pytest.approx(10 * 145 / 65)] == [plan.quick_screen()]
+        assert ev.asked == [] and not sup.repriced  # room 45 s: they would end in time later
+        left[0] = 194.0
+        sup.maybe_evaluate()
+        assert ev.asked == [100] and sup.repriced and ev.within == [plan.quick_screen()]
         assert "screening the latest model before training stops" in capsys.readouterr().err
         run.step = 200
         sup.maybe_evaluate()
@@ -337,7 +341,7 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
         latest = evaluation.Evaluation(
             1, 100, 2.0, (9.0,) * 10, 30.0, screen_seconds=30.0, rescreened=True
         )
-        left[0] = 400.0
+        left[0] = 164.0
         sup.evaluated(latest)
         assert plan.kept_per_episode == 1.5 and not plan.squeezed()
         # 5 s to stop, 75 s of re-scoring, 7.5 + 15 s of a final evaluation and its pair
@@ -348,12 +352,12 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
         left[0] = 102.5
         sup.maybe_end_on_time()
         assert sup.stopping and sup.outcome.reserved == 102.5
-    # no screen inside a screen's time of the stop where the reserve is not squeezed, or where
-    # the run evaluates only at its end (--eval-every 0)
+    # no such screen where the reserve is not squeezed, or where the run evaluates only at its
+    # end (--eval-every 0)
     quick, squeezed = _plan(), _plan()
     quick.observe(_evaluation(seconds=10.0), kept=True)
     squeezed.observe(_evaluation(seconds=200.0), kept=True)
-    for plan, every, left in ((quick, 1_000, 90.0), (squeezed, 0, 749.0)):
+    for plan, every, left in ((quick, 1_000, 90.0), (squeezed, 0, 190.0)):
         plan.left = lambda left=left: left  # type: ignore[method-assign]
         cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=every)
         ev, run = FakeEvaluator(), FakeRun()

@@ -367,8 +367,9 @@ class Supervisor:
             # final evaluation, of later parameters, takes its place
             due = due and room >= plan.screen()
             # but where the kept model's episodes squeeze the reserve to its cap, one screen
-            # of the latest parameters a screen's time before the stop (in a run that
-            # evaluates as it trains): if they beat the kept model's score, they are kept,
+            # of the latest parameters (in a run that evaluates as it trains), as late as its
+            # two stages, each given quick_screen(), end before the stop (the later, the more
+            # trained the model it tries): if they beat the kept model's score, they are kept,
             # and their episodes (which usually end: a stalled greedy policy's do not) price
             # the re-scoring, and training goes on for the time that frees. It plays no pair
             # of the stalled kept model, and gives up once its own episodes prove too long to
@@ -377,7 +378,7 @@ class Supervisor:
                 not self.repriced
                 and every > 0
                 and step > self.last_eval_step
-                and 0 < room < plan.screen()
+                and 0 < room < min(plan.screen(), 2 * plan.quick_screen())
                 and plan.kept_per_episode is not None
                 and plan.squeezed()
             )
