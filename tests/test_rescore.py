@@ -325,12 +325,12 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
         sup.maybe_evaluate()
         assert ev.asked == [] and not sup.repriced  # room 650 s: periodic screens still fit
         # each stage within 22.3 s (the 145 s of work after training on 65 games' worth, so
-        # 2.23 s a game: 10 games beside the worker), so both within 44.6 s
+        # 2.23 s a game: 10 games beside the worker), so both within 44.6 s, and 5 to spare
         assert plan.quick_screen() == pytest.approx(10 * 145 / 65)
-        left[0] = 195.0
+        left[0] = 200.0
         sup.maybe_evaluate()
-        assert ev.asked == [] and not sup.repriced  # room 45 s: they would end in time later
-        left[0] = 194.0
+        assert ev.asked == [] and not sup.repriced  # room 50 s: they would end in time later
+        left[0] = 199.0
         sup.maybe_evaluate()
         assert ev.asked == [100] and sup.repriced and ev.within == [plan.quick_screen()]
         assert "screening the latest model before training stops" in capsys.readouterr().err
@@ -482,18 +482,19 @@ def test_a_model_at_the_freeing_price_ends_the_squeeze():
         assert plan.wanted(final_evaluation=True) == pytest.approx(plan.cap())
         plan.per_episode = plan.kept_per_episode = 0.99 * price
         assert not plan.squeezed()
-        # a screen's stage beside the workers: its episodes on one process, at their share
-        assert plan.quick_screen() == pytest.approx(
-            plan.units(plan.eval_episodes, 1) * price * plan.share()
-        )
+        # a screen and re-screen beside the workers, each stage at its bound: priced at it
+        plan.observe(_evaluation(seconds=2 * plan.quick_screen(), rescreened=True), kept=True)
+        assert plan.per_episode == pytest.approx(price)
 
 
 def test_the_screen_before_the_stop_gives_up_on_long_episodes_and_plays_no_pair(
     monkeypatch, tmp_path
 ):
     """``within`` 10 s a stage: a screen whose games take 30 s gives up at 10 s (counting for
-    nothing, and not a cut of the time limit); one whose games take 3 s is re-screened, and
-    its re-screen is compared with the kept model's score: the kept model plays nothing."""
+    nothing, and not a cut of the time limit); one whose games take 8 s a stage is
+    re-screened (16 s in all: the bound is each stage's), and its re-screen is compared with
+    the kept model's score: the kept model plays nothing. Where the run's deadline comes
+    first (5 s), the screen is cut short by it, as any evaluation is."""
     from asyncrl.algos import make_algorithm
     from asyncrl.envs import probe_env
     from asyncrl.messages import GlobalSnapshot
@@ -506,9 +507,16 @@ def test_the_screen_before_the_stop_gives_up_on_long_episodes_and_plays_no_pair(
     flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
     snap = GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
     results = []
-    for plays in ([(30.0, 5.0)], [(3.0, 5.0), (3.0, 5.0)]):
+    for plays, limit in (
+        ([(30.0, 5.0)], None),
+        ([(8.0, 5.0), (8.0, 5.0)], None),
+        ([(30.0, 5.0)], 5.0),
+    ):
         _fake_plays(monkeypatch, iter(plays))  # (a third play, the pair's, would raise)
-        ev = evaluation.Evaluator(spec, "a3c", env, {}, episodes=4, deterministic=True, seed=0)
+        ev = evaluation.Evaluator(
+            spec, "a3c", env, {}, episodes=4, deterministic=True, seed=0,
+            deadline=lambda limit=limit: limit,
+        )  # fmt: skip
         ev.bar = lambda: 2.0  # the kept model's score: the screen's 5 beats it
         ev.keep(snap)
         try:
@@ -516,10 +524,11 @@ def test_the_screen_before_the_stop_gives_up_on_long_episodes_and_plays_no_pair(
             results += ev.wait()
         finally:
             ev.close()
-    slow, quick = results
+    slow, quick, late = results
     assert slow.gave_up and not slow.cut_short and slow.returns == () and slow.seconds == 10.0
     assert quick.stage == "re-screen" and not quick.gave_up and quick.kept_returns == ()
-    assert quick.seconds == 6.0 and quick.mean == 5.0 and quick.beats_kept is None
+    assert quick.seconds == 16.0 and quick.mean == 5.0 and quick.beats_kept is None
+    assert late.cut_short and not late.gave_up and late.seconds == 5.0
     plan = _plan()
     plan.observe(slow, kept=False)
     assert not plan.measured  # it counts for nothing

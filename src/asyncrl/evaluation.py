@@ -415,8 +415,8 @@ class Evaluator:
         start = time.perf_counter()
         self.progress = (stage, 0, len(seeds), start)
         deadline = self.deadline
+        given_up_at = math.inf if within is None else start + within
         if within is not None:
-            given_up_at = start + within
 
             def deadline() -> float:
                 limit = self.deadline()
@@ -449,9 +449,11 @@ class Evaluator:
                 for i, ret in enumerate(wave):
                     ended[at + i] = ret
         except OutOfTime:
+            # the bound that came first, not the clock now (processes take a few seconds to
+            # end, in which the run's deadline may pass too)
             limit = self.deadline()
-            late = limit is not None and time.perf_counter() >= limit
-            return [ended[i] for i in sorted(ended)], OUT_OF_TIME if late else GAVE_UP
+            gave_up = given_up_at < (math.inf if limit is None else limit)
+            return [ended[i] for i in sorted(ended)], GAVE_UP if gave_up else OUT_OF_TIME
         finally:
             self.progress = None
         return [ended[i] for i in range(len(seeds))], None

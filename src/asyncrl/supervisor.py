@@ -368,8 +368,9 @@ class Supervisor:
             due = due and room >= plan.screen()
             # but where the kept model's episodes squeeze the reserve to its cap, one screen
             # of the latest parameters (in a run that evaluates as it trains), as late as its
-            # two stages, each given quick_screen(), end before the stop (the later, the more
-            # trained the model it tries): if they beat the kept model's score, they are kept,
+            # two stages, each given quick_screen(), end before the stop with a few seconds to
+            # spare (the later, the more trained the model it tries): if they beat the kept
+            # model's score, they are kept,
             # and their episodes (which usually end: a stalled greedy policy's do not) price
             # the re-scoring, and training goes on for the time that frees. It plays no pair
             # of the stalled kept model, and gives up once its own episodes prove too long to
@@ -378,7 +379,7 @@ class Supervisor:
                 not self.repriced
                 and every > 0
                 and step > self.last_eval_step
-                and 0 < room < min(plan.screen(), 2 * plan.quick_screen())
+                and 0 < room < min(plan.screen(), 2 * plan.quick_screen() + plan.stopping())
                 and plan.kept_per_episode is not None
                 and plan.squeezed()
             )
@@ -422,8 +423,9 @@ class Supervisor:
             self.evaluator = None
             return
         if result.gave_up:  # (its episodes that ended first are the short ones, as below)
+            played = "screen" if result.stage == "screen" else "screen and re-screen"
             self.monitor.log(
-                f"evaluation {result.index}: the latest model's {result.stage} took "
+                f"evaluation {result.index}: the latest model's {played} took "
                 f"{result.seconds:.0f} s, too long for its episodes to free the re-scoring's "
                 "reserve; it gave up and counts for nothing"
             )
