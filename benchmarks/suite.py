@@ -3,7 +3,7 @@ one run at a time; every finished run appended to the results store
 (benchmarks/results.jsonl, see store.py); reports and plots generated from the store.
 
     python benchmarks/suite.py quick --seeds 5     # minutes: CartPole, Acrobot, MinAtar, Pendulum
-    python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper (about an hour)
+    python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper, Walker2d (about an hour)
     python benchmarks/suite.py pong30 --seeds 3    # Pong, 30 min: the defaults and variants
     python benchmarks/suite.py atari5 --seeds 3    # the paper's five games, an hour each
     python benchmarks/suite.py pong30 --seeds 3 --tasks Pong-defaults --batch pong30-zen3
