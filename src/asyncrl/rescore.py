@@ -96,7 +96,7 @@ class TimePlan:
         share = self.share() if training else 1.0
         # (a re-screen's evaluation played its screen and its re-screen, each as waves of
         # their own, and then the kept model's episodes)
-        n = len(ev.returns) if self.separate else math.ceil(len(ev.returns) / EVAL_WAVE)
+        n = self.units(len(ev.returns), 1)
         own = n * (2 if ev.rescreened else 1)
         self.per_episode = (seconds - ev.kept_seconds) / own / share
         if kept:
