@@ -17,6 +17,7 @@ import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl import evaluation
 from asyncrl.cli import main
 from asyncrl.evaluation import HELD_OUT_BIT, eval_seeds, held_out_seeds
+from asyncrl.messages import Episodes, Finished
 from asyncrl.monitor import Monitor
 from asyncrl.parallel import play_parallel
 from asyncrl.policy import OutOfTime, play_episodes
@@ -367,6 +368,42 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
             run.step = 100
             sup.maybe_evaluate()
             assert ev.asked == [] and not sup.repriced
+
+
+def test_the_latest_models_price_follows_the_training_episodes_lengthening(tmp_path):
+    """An evaluation measured the latest model's seconds a game when the training games were
+    1,000 steps long; they have since grown to 1,500: its final evaluation is priced 1.5 times
+    as long (a game that lengthens as the agent learns to survive outgrows the evaluation that
+    priced it). Never shorter, and not the kept model's re-scoring: its games do not change."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=10_000, eval_every=1_000)
+    plan = _plan()
+    plan.left = lambda: 1_000.0  # type: ignore[method-assign]
+    run, ev = FakeRun(), FakeEvaluator()
+
+    def games(length, n=100):
+        sup.handle(Episodes(0, [Finished(0.0, length)] * n, run.step, {}))
+        sup.maybe_end_on_time()
+
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
+        games(500)
+        games(1_000)  # the window is the last 100 games
+        assert plan.length == 1_000.0
+        run.step = 1_000
+        sup.maybe_evaluate()
+        assert ev.asked == [1_000]
+        games(1_500)  # while it plays
+        sup.evaluated(evaluation.Evaluation(0, 1_000, 1.0, (0.0,) * 10, 10.0, screen_seconds=10.0))
+        assert plan.measured_length == 1_000.0 and plan.lengthening() == 1.5
+        assert plan.per_episode == plan.kept_per_episode == 1.0
+        assert plan.evaluation() == 10 * 1.5 / 2 + 20 * 1.0 / 2 and plan.rescoring() == 50.0
+        games(500)
+        assert plan.lengthening() == 1.0 and plan.evaluation() == 15.0
+    # a resumed run's plan keeps the length its seconds were measured at
+    resumed = _plan()
+    resumed.load_state_dict(plan.state_dict())
+    resumed.length = 2_000.0
+    assert resumed.measured_length == 1_000.0 and resumed.lengthening() == 2.0
 
 
 def test_a_cut_short_evaluation_counts_for_nothing_and_is_recorded(tmp_path):

@@ -84,14 +84,31 @@ class TimePlan:
     #: minute an episode, where the kept model's took 4 s. Planned on the stalled model's,
     #: the re-scoring's reserve took half of an hour's Battle Zone run.)
     kept_per_episode: float | None = None
+    #: the training episodes' mean length (their last window's) now, and when the latest
+    #: measured evaluation's parameters were handed over: the latest model's episodes are
+    #: priced longer by the ratio where the training ones have lengthened since. A game that
+    #: lengthens as the agent learns to survive outgrows an evaluation a quarter of an hour
+    #: old (Phoenix's stop, priced on one 17 minutes before it, left its final evaluation no
+    #: time and its re-scoring was cut). Never shorter: a greedy policy may stall where the
+    #: sampled one's games end.
+    length: float | None = None
+    measured_length: float | None = None
 
-    def observe(self, ev: Evaluation, training: bool = True, kept: bool = False) -> None:
+    def observe(
+        self,
+        ev: Evaluation,
+        training: bool = True,
+        kept: bool = False,
+        length: float | None = None,
+    ) -> None:
         """Take the expected seconds from a finished evaluation (the latest: the policy's
         episodes grow as it learns); ``training``: it played beside the workers; ``kept``:
-        its model is the one the run keeps now. A re-screen's kept-model episodes, timed on
-        their own, measure the kept model again where the latest is not kept."""
+        its model is the one the run keeps now; ``length``: the training episodes' mean
+        length when its parameters were handed over. A re-screen's kept-model episodes, timed
+        on their own, measure the kept model again where the latest is not kept."""
         if ev.cut_short or ev.gave_up or ev.error is not None or not ev.returns:
             return
+        self.measured_length = length
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
         share = self.share() if training else 1.0
         # (a re-screen's evaluation played its screen and its re-screen, each as waves of
@@ -115,12 +132,17 @@ class TimePlan:
         the kept model too, whose re-scoring the reserve prices; its evaluation may be long
         past)."""
         measured = self.per_episode if self.measured else None
-        return {"per_episode": measured, "kept_per_episode": self.kept_per_episode}
+        return {
+            "per_episode": measured,
+            "kept_per_episode": self.kept_per_episode,
+            "measured_length": self.measured_length if self.measured else None,
+        }
 
     def load_state_dict(self, state: dict[str, float | None]) -> None:
         if state.get("per_episode") is not None:
             self.per_episode, self.measured = state["per_episode"], True
         self.kept_per_episode = state.get("kept_per_episode")
+        self.measured_length = state.get("measured_length")
 
     def guess(self, mean_steps: float, most_steps: int, steps_per_second: float) -> None:
         """An episode's seconds as the training episodes tell them, until an evaluation has
@@ -141,10 +163,20 @@ class TimePlan:
         """The expected seconds of ``episodes`` episodes on ``processes`` (default: after
         training's) processes, of the latest model (or ``kept``, the kept one, where it has
         been measured)."""
-        per = self.kept_per_episode if kept and self.kept_per_episode else self.per_episode
+        if kept and self.kept_per_episode:
+            per: float | None = self.kept_per_episode
+        else:
+            per = None if self.per_episode is None else self.per_episode * self.lengthening()
         if per is None or episodes <= 0:
             return 0.0
         return per * self.units(episodes, processes)
+
+    def lengthening(self) -> float:
+        """How much longer the latest model's episodes are expected than the evaluation that
+        measured them: the training episodes' lengthening since, at least 1."""
+        if not self.length or not self.measured_length:
+            return 1.0
+        return max(1.0, self.length / self.measured_length)
 
     def units(self, episodes: int, processes: int | None = None) -> int:
         """What ``episodes`` episodes on ``processes`` (default: after training's) processes

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -178,6 +179,11 @@ class Supervisor:
         self.plan = plan
         # the training episodes' steps, count and longest this session (the plan's guess)
         self.episode_steps = self.episodes_seen = self.longest_episode = 0
+        # the last window's training episode lengths, and their mean when each evaluation's
+        # parameters were handed over (TimePlan.length: a game that lengthens as the agent
+        # learns outgrows the evaluation that priced it)
+        self.lengths: deque[int] = deque(maxlen=max(1, cfg.window))
+        self.length_at: dict[int, float] = {}
         self.last_eval_step = run.global_step()
         # --stop-on eval: the training mean reached the target, an evaluation is wanted; it is
         # asked for again only after a quarter of a window of new episodes (not back to back)
@@ -223,6 +229,7 @@ class Supervisor:
             # tell them (the stop rule's first evaluation can come too late in a short run)
             sps = self.monitor.global_step / max(self.monitor.elapsed(), 1e-9)
             plan.guess(self.episode_steps / self.episodes_seen, self.longest_episode, sps)
+            plan.length = sum(self.lengths) / len(self.lengths)
         if plan is None or plan.ends_at is None:
             limit = self.time_limit
             if limit is not None and self.monitor.elapsed() >= limit:
@@ -269,6 +276,7 @@ class Supervisor:
                     self.episode_steps += ep.length
                     self.episodes_seen += 1
                     self.longest_episode = max(self.longest_episode, ep.length)
+                    self.lengths.append(ep.length)
                     if self.monitor.episode(w, ep, step) and not self.stopping:
                         if self.cfg.stop_on == "train" or self.evaluator is None:
                             if not self.monitor.solved:
@@ -412,6 +420,8 @@ class Supervisor:
             return False
         self.monitor.evaluations = index + 1
         self.last_eval_step = step
+        if self.lengths:
+            self.length_at[index] = sum(self.lengths) / len(self.lengths)
         return True
 
     def evaluated(self, result: Evaluation) -> None:
@@ -473,7 +483,8 @@ class Supervisor:
         # the stop rule's promise: the model a solved run keeps is the one that met it
         best = self.monitor.evaluation(result, keep=solves)
         if self.plan is not None:
-            self.plan.observe(result, training=not self.stopping, kept=best)
+            length = self.length_at.pop(result.index, None)
+            self.plan.observe(result, training=not self.stopping, kept=best, length=length)
         if best and self.save_best is not None:
             self.save_best(result)
         if best and self.evaluator is not None:  # a later re-screen plays it too
