@@ -386,7 +386,10 @@ def test_the_latest_models_price_follows_the_training_episodes_lengthening(tmp_p
 
     with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
         sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
-        games(500)
+        games(500, 24)
+        assert plan.length is None  # a quarter of a window first: the short games end first
+        games(500, 1)
+        assert plan.length == 500.0
         games(1_000)  # the window is the last 100 games
         assert plan.length == 1_000.0
         run.step = 1_000
@@ -399,6 +402,19 @@ def test_the_latest_models_price_follows_the_training_episodes_lengthening(tmp_p
         assert plan.evaluation() == 10 * 1.5 / 2 + 20 * 1.0 / 2 and plan.rescoring() == 50.0
         games(500)
         assert plan.lengthening() == 1.0 and plan.evaluation() == 15.0
+        # an evaluation that gave up (or was cut short) measures nothing and leaves no length
+        run.step = 2_000
+        sup.maybe_evaluate()
+        assert sup.length_at == {1: 500.0}
+        sup.evaluated(evaluation.Evaluation(1, 2_000, 2.0, (), 90.0, gave_up=True))
+        assert sup.length_at == {} and plan.measured_length == 1_000.0
+    # a natively vectorized env's wave lasts its longest game: the window's longest
+    waves = _plan(separate=False, envs=16)
+    (tmp_path / "waves").mkdir()
+    with Monitor(RunDir(tmp_path / "waves"), cfg, target_return=None) as monitor:
+        sup = Supervisor(cfg, FakeRun(), monitor, lambda *a: None, plan=waves)  # type: ignore[arg-type]
+        sup.handle(Episodes(0, [Finished(0.0, 100)] * 99 + [Finished(0.0, 900)], 0, {}))
+        assert sup.training_length() == 900.0
     # a resumed run's plan keeps the length its seconds were measured at
     resumed = _plan()
     resumed.load_state_dict(plan.state_dict())

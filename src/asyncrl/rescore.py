@@ -108,7 +108,9 @@ class TimePlan:
         on their own, measure the kept model again where the latest is not kept."""
         if ev.cut_short or ev.gave_up or ev.error is not None or not ev.returns:
             return
-        self.measured_length = length
+        # (where no length was known at the handover, the length now: the price measured is
+        # the latest one)
+        self.measured_length = length if length is not None else self.length
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
         share = self.share() if training else 1.0
         # (a re-screen's evaluation played its screen and its re-screen, each as waves of
@@ -199,10 +201,10 @@ class TimePlan:
         model's seconds an episode."""
         return plays * self.playing(self.eval_episodes, processes, kept=True)
 
-    def processes_for(self, episodes: int) -> int:
-        """The processes to play ``episodes`` episodes on after training: more than one only
-        where the play is long enough to be worth their start."""
-        return worth_processes(self.processes, self.playing(episodes, 1))
+    def processes_for(self, episodes: int, kept: bool = False) -> int:
+        """The processes to play ``episodes`` episodes (of the ``kept`` model) on after
+        training: more than one only where the play is long enough to be worth their start."""
+        return worth_processes(self.processes, self.playing(episodes, 1, kept=kept))
 
     def screen(self) -> float:
         """The expected seconds of an evaluation during training (one thread, beside the

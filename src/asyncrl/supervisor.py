@@ -229,7 +229,7 @@ class Supervisor:
             # tell them (the stop rule's first evaluation can come too late in a short run)
             sps = self.monitor.global_step / max(self.monitor.elapsed(), 1e-9)
             plan.guess(self.episode_steps / self.episodes_seen, self.longest_episode, sps)
-            plan.length = sum(self.lengths) / len(self.lengths)
+            plan.length = self.training_length()
         if plan is None or plan.ends_at is None:
             limit = self.time_limit
             if limit is not None and self.monitor.elapsed() >= limit:
@@ -248,6 +248,16 @@ class Supervisor:
         if left is not None and left <= reserve:
             self.outcome.reserved = reserve
             self.end(Ended.TIME_LIMIT)
+
+    def training_length(self) -> float | None:
+        """The training games' length the plan's price of the latest model follows: the mean
+        of the last window's, or their longest where a natively vectorized env plays waves (a
+        wave lasts its longest game); None until a quarter of a window has ended (the short
+        games end first)."""
+        n = len(self.lengths)
+        if self.plan is None or n < max(1, (self.lengths.maxlen or 1) // 4):
+            return None
+        return sum(self.lengths) / n if self.plan.separate else float(max(self.lengths))
 
     def maybe_end_on_callback(self) -> None:
         """A user's callback asked the run to stop, or raised (:mod:`asyncrl.callbacks`)."""
@@ -420,11 +430,12 @@ class Supervisor:
             return False
         self.monitor.evaluations = index + 1
         self.last_eval_step = step
-        if self.lengths:
-            self.length_at[index] = sum(self.lengths) / len(self.lengths)
+        if (length := self.training_length()) is not None:
+            self.length_at[index] = length
         return True
 
     def evaluated(self, result: Evaluation) -> None:
+        length = self.length_at.pop(result.index, None)
         if result.error is not None:
             self.monitor.log(
                 f"evaluation {result.index} failed ({result.error}); the run goes on without "
@@ -483,7 +494,6 @@ class Supervisor:
         # the stop rule's promise: the model a solved run keeps is the one that met it
         best = self.monitor.evaluation(result, keep=solves)
         if self.plan is not None:
-            length = self.length_at.pop(result.index, None)
             self.plan.observe(result, training=not self.stopping, kept=best, length=length)
         if best and self.save_best is not None:
             self.save_best(result)

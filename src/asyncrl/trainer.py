@@ -549,7 +549,7 @@ def _rescore(
             cfg.seed,
             cfg.rescore_episodes,
             deterministic=not cfg.eval_stochastic,
-            processes=plan.processes_for(cfg.rescore_episodes),
+            processes=plan.processes_for(cfg.rescore_episodes, kept=True),
             deadline=plan.ends_at,
             stop=_Flag(lambda: outcome.signal is not None),
             log=log,
