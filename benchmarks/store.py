@@ -24,6 +24,8 @@ A row's keys (absent where a run did not record them):
   ``evaluations``: the curves (the mean of the last 100 training episodes on a grid of steps or
   seconds; per residue of the no-op count mod 4; the evaluations during training as
   [step, seconds, mean])
+- ``log``: what the run's log said beyond its status and progress lines, its last 60 (why
+  training stopped when it did, an evaluation that gave up or was cut short, the summary)
 - ``source``, ``recorded_in``: a row converted from the files ``benchmarks/results/`` held
   until commit 8efeca9: the file, and the commit that added it
 """

@@ -42,6 +42,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import re
 import shlex
 import shutil
 import statistics
@@ -420,8 +421,24 @@ def run_one(task: Task, seed: int, speed: dict | None = None) -> dict:
     except BaseException:
         print(f"{task.name} seed {seed}: not measured; its run directory is kept: {run_dir}")
         raise
+    result["log"] = run_log(proc.stderr)
     shutil.rmtree(tmp)
     return result
+
+
+#: the lines of a run's log a row leaves out: the status line every few seconds and the
+#: progress lines of the work after training
+_ROUTINE = re.compile(r"^\[ *[\d.]+s\] steps |^re-scoring: \d|^training has stopped; evaluation")
+#: the most lines of a run's log a row keeps (its last)
+LOG_LINES = 60
+
+
+def run_log(stderr: str) -> list[str]:
+    """What a run's log said beyond its routine lines (why training stopped when it did, an
+    evaluation that gave up or was cut short, the summary): the run directory goes once it is
+    measured, and the row is what is left of the run."""
+    lines = [line for line in stderr.splitlines() if line.strip() and not _ROUTINE.match(line)]
+    return lines[-LOG_LINES:]
 
 
 def measure(

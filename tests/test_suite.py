@@ -243,6 +243,8 @@ def test_a_run_its_time_limit_ends_is_measured_and_a_failed_one_keeps_its_direct
     assert r["date"] == before and r["commit"] == commit != ""
     assert suite.run_of(r) == f"{before}, {commit}"
     assert not (tmp_path / "tmp").exists()  # measured: the run directory goes
+    # what its log said beyond the status lines stays in the row
+    assert r["log"] and not any(" steps " in line and line.startswith("[") for line in r["log"])
     (tmp_path / "tmp").mkdir()
     bad = suite.Task("Bad", "CartPole-v1", 475.0, ("--steps", "-1"), extras=("timeout", "8"))
     with pytest.raises(SystemExit, match="its run directory is kept"):
@@ -518,3 +520,23 @@ def test_the_docs_page_counts_the_seeds_that_reached_the_target_per_task_and_bat
     assert "`python benchmarks/suite.py quick --seeds 3`" in quick
     assert "| CartPole-v1 | 2 | False | 100.0 |" in quick and "| 5 |" not in quick
     assert (tmp_path / "docs" / "suite-quick.png").is_file()
+
+
+def test_a_rows_log_keeps_what_the_run_said_beyond_its_routine_lines():
+    stderr = "\n".join(
+        [
+            "[   5.0s] steps 1,000/2,000 (200/s)  episodes 3  return(last 100) -",
+            "evaluation 1: the latest model's screen took 90 s, ...; it gave up",
+            "training has stopped; evaluation 2's screen: 3/10 episodes, 40 s",
+            "re-scoring: 40/100 episodes, 300 s",
+            "",
+            "re-scored: 100/100 episodes in 700 s",
+        ]
+        + [f"line {i}" for i in range(suite.LOG_LINES)]
+    )
+    log = suite.run_log(stderr)
+    assert len(log) == suite.LOG_LINES and log[-1] == f"line {suite.LOG_LINES - 1}"
+    assert suite.run_log(stderr.split("line 0")[0]) == [
+        "evaluation 1: the latest model's screen took 90 s, ...; it gave up",
+        "re-scored: 100/100 episodes in 700 s",
+    ]
