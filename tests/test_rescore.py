@@ -406,8 +406,10 @@ def test_the_latest_models_price_follows_the_training_episodes_lengthening(tmp_p
         run.step = 2_000
         sup.maybe_evaluate()
         assert sup.length_at == {1: 500.0}
-        sup.evaluated(evaluation.Evaluation(1, 2_000, 2.0, (), 90.0, gave_up=True))
+        sup.evaluated(evaluation.Evaluation(1, 2_000, 2.0, (), 90.0, planned=10, gave_up=True))
         assert sup.length_at == {} and plan.measured_length == 1_000.0
+        record = {"evaluation": 1, "global_step": 2_000, "stage": "screen", "episodes": 0}
+        assert sup.outcome.gave_up == [record | {"planned": 10, "seconds": 90.0}]
     # a natively vectorized env's wave lasts its longest game: the window's longest
     waves = _plan(separate=False, envs=16)
     (tmp_path / "waves").mkdir()
@@ -640,7 +642,7 @@ def test_a_time_limit_bounds_the_whole_process_and_records_what_it_cut(tmp_path)
     assert s["kept_model_cut_short"] and s["kept_model_episodes"] < 100
     assert "re-scoring cut short by the time limit" in proc.stderr
     # and neither did the confirmation (or the final evaluation) after it
-    assert s["evaluations_cut_short"], s
+    assert s["evaluations_cut_short"] and s["evaluations_gave_up"] == [], s
     assert "re-scoring the kept model" in proc.stderr
     assert seconds < 12 + 30, (seconds, proc.stderr)
 

@@ -83,6 +83,8 @@ class Outcome:
     reserved: float | None = None
     # the evaluations the limit cut short (summary.json's evaluations_cut_short)
     cut_short: list[dict[str, Any]] = field(default_factory=list)
+    # the screens before a squeezed reserve's stop that gave up (evaluations_gave_up)
+    gave_up: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Run(Protocol):
@@ -450,6 +452,7 @@ class Supervisor:
                 f"{result.seconds:.0f} s, too long for its episodes to free the re-scoring's "
                 "reserve; it gave up and counts for nothing"
             )
+            self.outcome.gave_up.append(_record(result))
             return
         if result.cut_short:
             # the episodes that ended first are the short ones, and a confirmation of fewer
@@ -460,16 +463,7 @@ class Supervisor:
                 f"evaluation {result.index}: the time limit cut its {stage} short at {n} of "
                 f"{result.planned} episodes; it counts for nothing"
             )
-            self.outcome.cut_short.append(
-                {
-                    "evaluation": result.index,
-                    "global_step": result.global_step,
-                    "stage": stage,
-                    "episodes": n,
-                    "planned": result.planned,
-                    "seconds": result.seconds,
-                }
-            )
+            self.outcome.cut_short.append(_record(result))
             return
         # a confirmation is rare and its cost is the stop rule's: the periodic schedule paces
         # itself on the screens alone (a 100-episode confirmation, ten screens' worth, would
@@ -611,3 +605,15 @@ def _event(ev: Evaluation, best: bool, solved: bool) -> EvaluationEvent:
         solved=solved,
         seconds=ev.seconds,
     )
+
+
+def _record(result: Evaluation) -> dict[str, Any]:
+    """An evaluation that counts for nothing, as summary.json lists it."""
+    return {
+        "evaluation": result.index,
+        "global_step": result.global_step,
+        "stage": result.stage,
+        "episodes": len(result.returns),
+        "planned": result.planned,
+        "seconds": result.seconds,
+    }

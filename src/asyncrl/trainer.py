@@ -406,6 +406,7 @@ def _summary(
         "best_eval_step": None if monitor.best_eval is None else monitor.best_eval[1],
         "best_eval_episodes": None if monitor.best_eval is None else monitor.best_eval[2],
         "evaluations_cut_short": outcome.cut_short,
+        "evaluations_gave_up": outcome.gave_up,
         "time_reserved_seconds": outcome.reserved,
         "resumed": ckpt is not None,
         # the callback whose False (or exception) ended the run: "ended" is "callback" then
