@@ -17,6 +17,8 @@ A row's keys (absent where a run did not record them):
   CPU, and the machine's speed then (``benchmarks/calibrate.py``: frames/s)
 - ``solved``, ``solve_seconds``, ``solve_steps``: whether and when the run's stop rule fired
 - ``final_eval``, ``final_eval_returns``, ``model``: the kept model's evaluation on new starts
+- ``kept_model``, ``kept_model_return``, ``kept_model_episodes``, ``kept_model_cut_short``: the
+  run's own re-scoring of the model it kept (summary.json's)
 - ``final_train_mean``, ``total_steps``, ``frames_per_second``, ``precision``,
   ``process_seconds``: the run's end
 - ``milestones``, ``half_seconds``, ``train_mean_at_half``, ``last_100_by_alignment``

@@ -395,6 +395,10 @@ def shown(cmd: list[str]) -> str:
     return shlex.join(["python" if a == sys.executable else a for a in cmd])
 
 
+#: a row's keys of the run's own re-scoring of its kept model (summary.json's)
+KEPT_KEYS = ("kept_model", "kept_model_return", "kept_model_episodes", "kept_model_cut_short")
+
+
 def run_one(task: Task, seed: int, speed: dict | None = None) -> dict:
     """One seed of a task: train, then measure the run (:func:`measure`), with ``speed``, the
     machine's that day (:func:`common.machine_speed`), beside it. The run directory
@@ -431,6 +435,18 @@ def run_one(task: Task, seed: int, speed: dict | None = None) -> dict:
 _ROUTINE = re.compile(r"^\[ *[\d.]+s\] steps |^re-scoring: \d|^training has stopped; evaluation")
 #: the most lines of a run's log a row keeps (its last)
 LOG_LINES = 60
+
+
+def rescoring_cut_short(row: dict) -> bool:
+    """Whether a row's re-scoring of its kept model was cut short by the time limit (rows
+    from before the store recorded it: fewer games than the default's)."""
+    import asyncrl
+
+    if row.get("kept_model_return") is None:
+        return False
+    if row.get("kept_model_cut_short") is not None:
+        return bool(row["kept_model_cut_short"])
+    return (row.get("kept_model_episodes") or 0) < asyncrl.Config().rescore_episodes
 
 
 def run_log(stderr: str) -> list[str]:
@@ -485,7 +501,7 @@ def measure(
         "model": policy.source.name if policy.source else "model.pt",
         "final_train_mean": summary.get("rolling_return"),
         # the run's own re-scoring of the model it kept, within its time (asyncrl.rescore)
-        **{k: summary.get(k) for k in ("kept_model", "kept_model_return", "kept_model_episodes")},
+        **{k: summary.get(k) for k in KEPT_KEYS},
         "final_eval": statistics.fmean(returns),
         "final_eval_returns": returns,
         "curve_steps": grid.tolist(),
@@ -867,12 +883,15 @@ def estimate_section(
         finals = [r["final_eval"] for r in rs if r.get("final_eval") is not None]
         # (rows from before the store recorded it have none)
         kept = [r["kept_model_return"] for r in rs if r.get("kept_model_return") is not None]
+        # a re-scoring the limit cut short is of the games that ended first, maybe one
+        short = sum(rescoring_cut_short(r) for r in rs)
+        cut = f" ({short} of {len(kept)} cut short)" if short else ""
         lines.append(
             f"| {task.game} | {weights[task.game]:.3f} | {per_seed} | {med:,.1f} | {hn:.1f}% | "
             f"{sum(m > rand for m in means)} / {len(means)} | {task.target:,.1f} | "
             f"{'yes' if med < task.target else 'no'} | "
             f"{fmt(statistics.median(finals)) if finals else '-'} | "
-            f"{fmt(statistics.median(kept)) if kept else '-'} |"
+            f"{fmt(statistics.median(kept)) + cut if kept else '-'} |"
         )
     human = {t.game: t.human for t in tasks if t.game and t.human}
     full = plan.regressions[0]
@@ -890,7 +909,8 @@ def estimate_section(
         ("final_eval", "the final evaluations (the suite's, of the last model, on starts no run "
          "saw)"),
         ("kept_model_return", "the kept models re-scored by their runs (best_model.pt, on 100 "
-         "starts no evaluation saw, within the hour)"),
+         "starts no evaluation saw, within the hour, or the games that ended first where the "
+         "hour cut it short: the table counts them)"),
     ):  # fmt: skip
         other = estimate_of(suite, rows, seeds, key)
         if other.value is not None:

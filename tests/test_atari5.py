@@ -175,6 +175,15 @@ def test_the_report_only_line_from_a_store_full_partial_or_none(tmp_path, monkey
     assert f"**{line}**" in report and "| Qbert | 0.080 | " in report
     assert "| 100.0% | 3 / 3 | 13,752.3 | yes |" in report  # Q*bert's median under A3C's
     assert (tmp_path / "out" / "suite-atari-5-estimate.png").is_file()
+    # the runs' re-scorings of their kept models: one the limit cut short is said so (one
+    # recorded as cut, one from before the store recorded it, of fewer games than 100)
+    rows = runs(at([0.5, 1.0, 2.0]))
+    for r, (ret, n, cut) in zip(rows[:3], ((1.0, 100, False), (-24.0, 1, True), (2.0, 32, None)),
+                                strict=True):  # fmt: skip
+        r |= {"kept_model_return": ret, "kept_model_episodes": n, "kept_model_cut_short": cut}
+    report_only(tmp_path, monkeypatch, capsys, rows)
+    report = (tmp_path / "out" / "suite-atari-5.md").read_text()
+    assert "| 1.0 (2 of 3 cut short) |" in report, report
     # Phoenix without seed 2: the rest, marked
     rows = [r for r in runs(at([0.5, 1.0, 2.0])) if (r["task"], r["seed"]) != (
         "PhoenixNoFrameskip-v4", 2)]  # fmt: skip
