@@ -17,7 +17,7 @@ import tests.envs_for_tests  # noqa: F401  (registers the envs)
 from asyncrl import evaluation
 from asyncrl.cli import main
 from asyncrl.evaluation import HELD_OUT_BIT, eval_seeds, held_out_seeds
-from asyncrl.messages import Episodes, Finished
+from asyncrl.messages import Episodes, Finished, GlobalSnapshot
 from asyncrl.monitor import Monitor
 from asyncrl.parallel import play_parallel
 from asyncrl.policy import OutOfTime, play_episodes
@@ -368,6 +368,38 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
             run.step = 100
             sup.maybe_evaluate()
             assert ev.asked == [] and not sup.repriced
+
+
+class FinalEvaluator(FakeEvaluator):
+    processes = 1
+
+    def wait(self, give_up=None, tick=None):
+        return []
+
+
+def test_a_squeezed_reserves_final_evaluation_is_bounded_as_the_screen_before_the_stop(tmp_path):
+    """The kept model stalls (20 s a game squeezes the reserve): the final evaluation, on the
+    processes training freed, may take each stage at most the freeing price's games (it gives
+    up past them and leaves the re-scoring its time); where nothing squeezes it, no bound."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
+    for kept_seconds, bounded in ((200.0, True), (10.0, False)):
+        plan = _plan()
+        (tmp_path / f"{bounded}").mkdir()
+        with Monitor(RunDir(tmp_path / f"{bounded}"), cfg, target_return=None) as monitor:
+            run, ev = FakeRun(), FinalEvaluator()
+            sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
+            sup.last_eval_step = 50
+            sup.evaluated(
+                evaluation.Evaluation(0, 50, 1.0, (3.0,) * 10, kept_seconds, screen_seconds=1.0)
+            )
+            assert plan.squeezed() is bounded
+            sup.outcome.glob = GlobalSnapshot(np.zeros(1, np.float32), {}, None, 0, np.array([[100], [0]]))
+            sup.outcome.ended = Ended.TIME_LIMIT
+            sup.final_evaluation()
+            assert ev.asked == [100]
+            # 2 processes: 5 games' time each stage, at (150 - 5) s over 65 games' worth
+            assert ev.within == [10 / 2 * 145 / 65 if bounded else None]
+            assert ev.processes == 2
 
 
 def test_the_latest_models_price_follows_the_training_episodes_lengthening(tmp_path):

@@ -86,11 +86,10 @@ class TimePlan:
     kept_per_episode: float | None = None
     #: the training episodes' mean length (their last window's) now, and when the latest
     #: measured evaluation's parameters were handed over: the latest model's episodes are
-    #: priced longer by the ratio where the training ones have lengthened since. A game that
+    #: priced longer by the ratio where the training ones have lengthened since: a game that
     #: lengthens as the agent learns to survive outgrows an evaluation a quarter of an hour
-    #: old (Phoenix's stop, priced on one 17 minutes before it, left its final evaluation no
-    #: time and its re-scoring was cut). Never shorter: a greedy policy may stall where the
-    #: sampled one's games end.
+    #: old (docs/evaluation.md). Never shorter: a greedy policy may stall where the sampled
+    #: one's games end.
     length: float | None = None
     measured_length: float | None = None
 
@@ -244,7 +243,13 @@ class TimePlan:
         """The seconds each stage (screen, re-screen) of the screen before a squeezed reserve's
         stop may take beside the workers: past them, the latest model's episodes are too long
         to end the squeeze (:meth:`freeing_price`), and it gives up."""
-        return self.units(self.eval_episodes, 1) * self.freeing_price() * self.share()
+        return self.final_screen(1) * self.share()
+
+    def final_screen(self, processes: int | None = None) -> float:
+        """The same of the final evaluation's stages, on ``processes`` (default: after
+        training's) once training has stopped: where the squeeze holds, a final model whose
+        episodes are too long to end it gives up and leaves the re-scoring its time."""
+        return self.units(self.eval_episodes, processes) * self.freeing_price()
 
     def stopping(self) -> float:
         """The seconds reserved for training's stop and the files written after it."""

@@ -552,7 +552,14 @@ class Supervisor:
                 | {"episodes": 0, "planned": ev.episodes, "seconds": 0.0}
             )
             return
-        if glob.steps > self.last_eval_step and self.evaluate_now(glob.steps, glob):
+        # where the kept model's games squeeze the reserve, the final evaluation is bounded as
+        # the screen before the stop is: a final model whose games are as long (a greedy
+        # policy that stalls too) gives up, and the re-scoring has the time it would have
+        # taken (docs/evaluation.md#a-time-limit-bounds-the-whole-process)
+        plan = self.plan
+        squeezed = plan is not None and plan.kept_per_episode is not None and plan.squeezed()
+        within = plan.final_screen(ev.processes) if squeezed and plan is not None else None
+        if glob.steps > self.last_eval_step and self.evaluate_now(glob.steps, glob, within=within):
             for result in ev.wait(signalled, progress):
                 self.evaluated(result)
 
