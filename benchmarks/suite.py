@@ -442,10 +442,10 @@ def rescoring_cut_short(row: dict) -> bool:
     from before the store recorded it: fewer games than the default's)."""
     import asyncrl
 
+    if row.get("kept_model_cut_short") is not None:  # (cut at 0 games: no return)
+        return bool(row["kept_model_cut_short"])
     if row.get("kept_model_return") is None:
         return False
-    if row.get("kept_model_cut_short") is not None:
-        return bool(row["kept_model_cut_short"])
     return (row.get("kept_model_episodes") or 0) < asyncrl.Config().rescore_episodes
 
 
@@ -884,14 +884,16 @@ def estimate_section(
         # (rows from before the store recorded it have none)
         kept = [r["kept_model_return"] for r in rs if r.get("kept_model_return") is not None]
         # a re-scoring the limit cut short is of the games that ended first, maybe one
-        short = sum(rescoring_cut_short(r) for r in rs)
-        cut = f" ({short} of {len(kept)} cut short)" if short else ""
+        rescored = [r for r in rs if r.get("kept_model_return") is not None
+                    or rescoring_cut_short(r)]  # fmt: skip
+        short = sum(rescoring_cut_short(r) for r in rescored)
+        cut = f" ({short} of {len(rescored)} cut short)" if short else ""
         lines.append(
             f"| {task.game} | {weights[task.game]:.3f} | {per_seed} | {med:,.1f} | {hn:.1f}% | "
             f"{sum(m > rand for m in means)} / {len(means)} | {task.target:,.1f} | "
             f"{'yes' if med < task.target else 'no'} | "
             f"{fmt(statistics.median(finals)) if finals else '-'} | "
-            f"{fmt(statistics.median(kept)) + cut if kept else '-'} |"
+            f"{fmt(statistics.median(kept)) if kept else '-'}{cut} |"
         )
     human = {t.game: t.human for t in tasks if t.game and t.human}
     full = plan.regressions[0]

@@ -184,6 +184,11 @@ def test_the_report_only_line_from_a_store_full_partial_or_none(tmp_path, monkey
     report_only(tmp_path, monkeypatch, capsys, rows)
     report = (tmp_path / "out" / "suite-atari-5.md").read_text()
     assert "| 1.0 (2 of 3 cut short) |" in report, report
+    # (one cut at 0 games has no return, and is counted all the same)
+    rows[3] |= {"kept_model_return": None, "kept_model_episodes": 0, "kept_model_cut_short": True}
+    report_only(tmp_path, monkeypatch, capsys, rows)
+    report = (tmp_path / "out" / "suite-atari-5.md").read_text()
+    assert "| - (1 of 1 cut short) |" in report, report
     # Phoenix without seed 2: the rest, marked
     rows = [r for r in runs(at([0.5, 1.0, 2.0])) if (r["task"], r["seed"]) != (
         "PhoenixNoFrameskip-v4", 2)]  # fmt: skip

@@ -377,29 +377,47 @@ class FinalEvaluator(FakeEvaluator):
         return []
 
 
-def test_a_squeezed_reserves_final_evaluation_is_bounded_as_the_screen_before_the_stop(tmp_path):
-    """The kept model stalls (20 s a game squeezes the reserve): the final evaluation, on the
-    processes training freed, may take each stage at most the freeing price's games (it gives
-    up past them and leaves the re-scoring its time); where nothing squeezes it, no bound."""
+def test_a_squeezed_reserves_final_evaluation_is_bounded_as_the_screen_before_the_stop(
+    tmp_path, capsys
+):
+    """The kept model stalls (20 s a game squeezes the reserve) and the run ended on its time:
+    the final evaluation, on the processes training freed, may take each stage at most the
+    freeing price's games (past them it gives up, listed, and leaves the re-scoring its
+    time). No bound where nothing squeezes the reserve or the run ended early on its steps."""
     cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
-    for kept_seconds, bounded in ((200.0, True), (10.0, False)):
+    glob = GlobalSnapshot(np.zeros(1, np.float32), {}, None, 0, np.array([[100], [0]]))
+    # (kept model's seconds for 10 games, the latest's where it was screened apart, the end)
+    cases = (
+        (200.0, None, Ended.TIME_LIMIT, 10 / 2 * 145 / 65, 2),
+        # a latest model quick to play: the final evaluation is worth one process only, and
+        # its bound is that process's 10 games
+        (200.0, 1.0, Ended.TIME_LIMIT, 10 * 145 / 65, 1),
+        (200.0, None, Ended.BUDGET, None, 2),
+        (10.0, None, Ended.TIME_LIMIT, None, 2),
+    )
+    for n, (kept_seconds, latest, ended, within, processes) in enumerate(cases):
         plan = _plan()
-        (tmp_path / f"{bounded}").mkdir()
-        with Monitor(RunDir(tmp_path / f"{bounded}"), cfg, target_return=None) as monitor:
+        (tmp_path / f"{n}").mkdir()
+        with Monitor(RunDir(tmp_path / f"{n}"), cfg, target_return=None) as monitor:
             run, ev = FakeRun(), FinalEvaluator()
             sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
             sup.last_eval_step = 50
-            sup.evaluated(
-                evaluation.Evaluation(0, 50, 1.0, (3.0,) * 10, kept_seconds, screen_seconds=1.0)
-            )
-            assert plan.squeezed() is bounded
-            sup.outcome.glob = GlobalSnapshot(np.zeros(1, np.float32), {}, None, 0, np.array([[100], [0]]))
-            sup.outcome.ended = Ended.TIME_LIMIT
+            kept = evaluation.Evaluation(0, 50, 1.0, (3.0,) * 10, kept_seconds, screen_seconds=1.0)
+            sup.evaluated(kept)
+            if latest is not None:  # (a lower score: not kept)
+                sup.evaluated(evaluation.Evaluation(1, 60, 1.0, (1.0,) * 10, latest))
+            assert plan.squeezed() is (kept_seconds == 200.0)
+            sup.outcome.glob, sup.outcome.ended = glob, ended
             sup.final_evaluation()
-            assert ev.asked == [100]
-            # 2 processes: 5 games' time each stage, at (150 - 5) s over 65 games' worth
-            assert ev.within == [10 / 2 * 145 / 65 if bounded else None]
-            assert ev.processes == 2
+            assert ev.asked == [100] and ev.processes == processes
+            assert ev.within == [pytest.approx(within) if within else None]
+            if n == 0:  # it gives up: listed, and the log says the re-scoring has the time
+                sup.stopping = True
+                sup.evaluated(
+                    evaluation.Evaluation(2, 100, 9.0, (), 70.0, planned=10, gave_up=True)
+                )
+                assert [g["evaluation"] for g in sup.outcome.gave_up] == [2]
+                assert "the kept model's re-scoring has the time" in capsys.readouterr().err
 
 
 def test_the_latest_models_price_follows_the_training_episodes_lengthening(tmp_path):

@@ -259,7 +259,9 @@ class TimePlan:
         """The seconds before the limit kept for the re-scoring: its expected seconds, or where
         the reserve's cap squeezes them, what the cap leaves after the stop and the final
         evaluation (the re-scoring is then cut short, rather than the evaluations before it,
-        which pick the model it scores)."""
+        which pick the model it scores; but a final evaluation whose games are too long to end
+        the squeeze gives up: keeping its model would leave that model's re-scoring as short,
+        :meth:`final_screen`)."""
         cap = self.cap() - self.stopping() - self.evaluation()
         return max(0.0, min(self.rescoring(), cap))
 

@@ -83,7 +83,8 @@ class Outcome:
     reserved: float | None = None
     # the evaluations the limit cut short (summary.json's evaluations_cut_short)
     cut_short: list[dict[str, Any]] = field(default_factory=list)
-    # the screens before a squeezed reserve's stop that gave up (evaluations_gave_up)
+    # the evaluations a squeezed reserve bounded that gave up: the screen before the stop, the
+    # final evaluation (summary.json's evaluations_gave_up)
     gave_up: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -447,10 +448,13 @@ class Supervisor:
             return
         if result.gave_up:  # (its episodes that ended first are the short ones, as below)
             played = "screen" if result.stage == "screen" else "screen and re-screen"
+            which, then = ("latest", "")
+            if self.stopping:  # the final evaluation
+                which, then = "final", "; the kept model's re-scoring has the time"
             self.monitor.log(
-                f"evaluation {result.index}: the latest model's {played} took "
-                f"{result.seconds:.0f} s, too long for its episodes to free the re-scoring's "
-                "reserve; it gave up and counts for nothing"
+                f"evaluation {result.index}: the {which} model's {played} took "
+                f"{result.seconds:.0f} s, too long for its episodes to end the re-scoring's "
+                f"squeeze; it gave up and counts for nothing{then}"
             )
             self.outcome.gave_up.append(_record(result))
             return
@@ -556,8 +560,14 @@ class Supervisor:
         # the screen before the stop is: a final model whose games are as long (a greedy
         # policy that stalls too) gives up, and the re-scoring has the time it would have
         # taken (docs/evaluation.md#a-time-limit-bounds-the-whole-process)
+        # (a run that ended on its time: one that ended early has the time to play it out)
         plan = self.plan
-        squeezed = plan is not None and plan.kept_per_episode is not None and plan.squeezed()
+        squeezed = (
+            ended is Ended.TIME_LIMIT
+            and plan is not None
+            and plan.kept_per_episode is not None
+            and plan.squeezed()
+        )
         within = plan.final_screen(ev.processes) if squeezed and plan is not None else None
         if glob.steps > self.last_eval_step and self.evaluate_now(glob.steps, glob, within=within):
             for result in ev.wait(signalled, progress):
