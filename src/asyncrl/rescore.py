@@ -84,8 +84,9 @@ class TimePlan:
     #: minute an episode, where the kept model's took 4 s. Planned on the stalled model's,
     #: the re-scoring's reserve took half of an hour's Battle Zone run.)
     kept_per_episode: float | None = None
-    #: the training episodes' mean length (their last window's) now, and when the latest
-    #: measured evaluation's parameters were handed over: the latest model's episodes are
+    #: the training episodes' length (Supervisor.training_length: the last window's mean, or
+    #: for waves its longest) now, and when the latest measured evaluation's parameters were
+    #: handed over: the latest model's episodes are
     #: priced longer by the ratio where the training ones have lengthened since: a game that
     #: lengthens as the agent learns to survive outgrows an evaluation a quarter of an hour
     #: old (docs/evaluation.md). Never shorter: a greedy policy may stall where the sampled
