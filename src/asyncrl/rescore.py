@@ -86,11 +86,10 @@ class TimePlan:
     kept_per_episode: float | None = None
     #: the training episodes' length (Supervisor.training_length: the last window's mean, or
     #: for waves its longest) now, and when the latest measured evaluation's parameters were
-    #: handed over: the latest model's episodes are
-    #: priced longer by the ratio where the training ones have lengthened since: a game that
-    #: lengthens as the agent learns to survive outgrows an evaluation a quarter of an hour
-    #: old (docs/evaluation.md). Never shorter: a greedy policy may stall where the sampled
-    #: one's games end.
+    #: handed over: the latest model's episodes are priced longer by the ratio where the
+    #: training ones have lengthened since: a game that lengthens as the agent learns to
+    #: survive outgrows an evaluation a quarter of an hour old (docs/evaluation.md). Never
+    #: shorter: a greedy policy may stall where the sampled one's games end.
     length: float | None = None
     measured_length: float | None = None
 
