@@ -6,7 +6,7 @@ one run at a time; every finished run appended to the results store
     python benchmarks/suite.py mujoco --seeds 3    # HalfCheetah, Hopper, Walker2d (about an hour)
     python benchmarks/suite.py pong30 --seeds 3    # Pong, 30 min: the defaults and variants
     python benchmarks/suite.py atari5 --seeds 3    # the paper's five games, an hour each
-    python benchmarks/suite.py atari5-time-limit --seeds 3   # the same with --time-limit 60m: a preset change's check
+    python benchmarks/suite.py atari5-time-limit --seeds 3  # the same, --time-limit 60m
     python benchmarks/suite.py pong30 --seeds 3 --tasks Pong-defaults --batch pong30-zen3
     python benchmarks/suite.py quick --seeds 5 --report-only
     python benchmarks/suite.py atari5 --tasks BreakoutNoFrameskip-v4 --from-run DIR --seed 0
