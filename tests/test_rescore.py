@@ -309,7 +309,8 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
     within the seconds past which its games would not end the squeeze, as late as both end
     before the stop; its re-screen beats the kept model's score, its games take 1.5 s and
     price the re-scoring: training goes on past the stop the stalled model's price set. Once
-    a process; never where the reserve is not squeezed."""
+    a process; never where the reserve is not squeezed (and the kept model's games are not
+    priced over what the training games say the latest model's cost, as below)."""
     cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
     left = [800.0]
     plan = _plan()  # 600 s: a cap of 150 s
@@ -368,6 +369,76 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
             run.step = 100
             sup.maybe_evaluate()
             assert ev.asked == [] and not sup.repriced
+
+
+def test_a_kept_model_whose_games_the_training_ones_outgrew_is_screened_before_the_stop(
+    tmp_path, capsys
+):
+    """Not squeezed, but the kept model's long games price the re-scoring, and the training
+    games have shortened to half their length when it was handed over (a Pong model at -7
+    rallies long; at 20 it wins fast): one screen of the latest parameters before the stop,
+    each stage within the kept model's own screen, and where it beats the kept model its
+    quick games price the re-scoring and training goes on. None where the games shortened
+    too little for the saving to pay for the screen, or no length is known."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
+    left = [800.0]
+    plan = _plan()  # 600 s: a cap of 150 s
+    plan.left = lambda: left[0]  # type: ignore[method-assign]
+    run, ev = FakeRun(), FakeEvaluator()
+    long_games = evaluation.Evaluation(0, 50, 1.0, (3.0,) * 10, 20.0, screen_seconds=20.0)
+    with Monitor(RunDir(tmp_path), cfg, target_return=None) as monitor:
+        sup = Supervisor(cfg, run, monitor, lambda *a: None, evaluator=ev, plan=plan)  # type: ignore[arg-type]
+        sup.last_eval_step = 50
+        sup.length_at[0] = 4_000.0
+        sup.evaluated(long_games)
+        # 2 s a game: 100 s of re-scoring, 5 s to stop, 10 + 20 s of a final evaluation and
+        # its pair: under the cap
+        assert plan.kept_per_episode == 2.0 and plan.kept_length == 4_000.0
+        assert not plan.squeezed() and plan.reserve(final_evaluation=True) == 135.0
+        run.step = 100
+        plan.length = 3_200.0  # shorter by a fifth: saves 20 s, a screen costs 32 s
+        assert not plan.overpriced() and plan.repricing_screen() is None
+        left[0] = 170.0
+        sup.maybe_evaluate()
+        assert ev.asked == [] and not sup.repriced
+        plan.length = 2_000.0  # half: saves 50 s of re-scoring, a screen costs about 20 s
+        assert plan.overpriced() and plan.repricing_screen() == plan.kept_screen() == 20.0
+        left[0] = 181.0
+        sup.maybe_evaluate()
+        assert ev.asked == [] and not sup.repriced  # room 46 s: both stages end in time later
+        left[0] = 179.0
+        sup.maybe_evaluate()
+        assert ev.asked == [100] and sup.repriced and ev.within == [20.0]
+        err = capsys.readouterr().err
+        assert "is priced on the kept model's long games: screening the latest model" in err
+        run.step = 200
+        sup.maybe_evaluate()
+        assert ev.asked == [100]  # once
+        # 6 s: 10 quick games and 10 more of its re-screen, which beat the kept model's score
+        latest = evaluation.Evaluation(
+            1, 100, 2.0, (9.0,) * 10, 6.0, screen_seconds=6.0, rescreened=True
+        )
+        sup.evaluated(latest)
+        assert plan.kept_per_episode == 0.3 and plan.kept_length == 2_000.0
+        # 5 s to stop, 15 s of re-scoring, 1.5 + 3 s of a final evaluation and its pair
+        assert plan.reserve(final_evaluation=True) == pytest.approx(24.5)
+        assert not plan.overpriced()
+        left[0] = 135.0  # where the kept model's long games stopped training
+        sup.maybe_end_on_time()
+        assert not sup.stopping
+        left[0] = 24.0
+        sup.maybe_end_on_time()
+        assert sup.stopping
+    # a plan resumed from its state keeps the kept model's length
+    resumed = _plan()
+    resumed.load_state_dict(plan.state_dict())
+    assert resumed.kept_length == 2_000.0
+    # no length known when the kept model was handed over: no guess, no screen
+    unknown = _plan()
+    unknown.observe(_evaluation(seconds=20.0), kept=True)
+    unknown.length = 100.0
+    assert unknown.kept_per_episode == 2.0 and not unknown.overpriced()
+    assert unknown.repricing_screen() is None
 
 
 class FinalEvaluator(FakeEvaluator):

@@ -36,7 +36,7 @@ _EVAL_STREAM = 0xE7A1
 #: and the re-scoring's (held_out_seeds)
 HELD_OUT_STREAM = 0x5C0E
 #: why :meth:`Evaluator._episodes` stopped short: the run's deadline came, or the seconds a
-#: screen before a squeezed reserve's stop was given (``within``)
+#: screen before the stop that re-prices the reserve was given (``within``)
 OUT_OF_TIME, GAVE_UP = "out of time", "gave up"
 #: The reset seeds are 32-bit, and their top bit says who plays them: clear for the evaluations
 #: during training (screens and confirmations, :func:`eval_seeds`), set for the re-scoring of
@@ -109,8 +109,8 @@ class Evaluation:
     # the seconds of the kept model's episodes of a re-screen, timed on their own: they
     # price the kept model's re-scoring, the rest of ``seconds`` the latest model's episodes
     kept_seconds: float = 0.0
-    # a screen before a squeezed reserve's stop (Evaluator.submit's ``within``) whose model's
-    # episodes proved too long to end the squeeze: it stopped playing, and counts for nothing
+    # a screen before the stop that re-prices the reserve (Evaluator.submit's ``within``) whose
+    # model's episodes proved too long to free time: it stopped playing, and counts for nothing
     gave_up: bool = False
 
     @property
@@ -226,9 +226,10 @@ class Evaluator:
 
         ``within``: the seconds each of its stages may take, past which it gives up
         (:attr:`Evaluation.gave_up`), and a re-screen is compared with the kept model's score
-        rather than played beside it: the screen before a squeezed reserve's stop, which asks
-        only whether a model whose episodes end beats a kept one whose episodes stall (the
-        stalled model's plays would cost what the screen is there to free)."""
+        rather than played beside it: the screen before the stop that re-prices the reserve,
+        which asks only whether a model whose episodes end (or end sooner) beats a kept one
+        whose episodes stall (or last long): the kept model's plays would cost what the screen
+        is there to free."""
         if self._pending:
             return False
         self._pending += 1

@@ -92,6 +92,10 @@ class TimePlan:
     #: shorter: a greedy policy may stall where the sampled one's games end.
     length: float | None = None
     measured_length: float | None = None
+    #: the training episodes' length when the kept model's parameters were handed over: where
+    #: the training games have shortened much since, the latest model's likely end sooner than
+    #: the kept model's that price the re-scoring (:meth:`overpriced`)
+    kept_length: float | None = None
 
     def observe(
         self,
@@ -119,6 +123,7 @@ class TimePlan:
         self.per_episode = (seconds - ev.kept_seconds) / own / share
         if kept:
             self.kept_per_episode = self.per_episode
+            self.kept_length = self.measured_length
         elif ev.kept_returns:
             self.kept_per_episode = ev.kept_seconds / n / share
         self.measured = True
@@ -137,6 +142,7 @@ class TimePlan:
             "per_episode": measured,
             "kept_per_episode": self.kept_per_episode,
             "measured_length": self.measured_length if self.measured else None,
+            "kept_length": self.kept_length,
         }
 
     def load_state_dict(self, state: dict[str, float | None]) -> None:
@@ -144,6 +150,7 @@ class TimePlan:
             self.per_episode, self.measured = state["per_episode"], True
         self.kept_per_episode = state.get("kept_per_episode")
         self.measured_length = state.get("measured_length")
+        self.kept_length = state.get("kept_length")
 
     def guess(self, mean_steps: float, most_steps: int, steps_per_second: float) -> None:
         """An episode's seconds as the training episodes tell them, until an evaluation has
@@ -238,6 +245,35 @@ class TimePlan:
         evaluation's pair included), to fit the reserve's cap: the squeeze ends at or under it."""
         plays = self.units(self.rescore_episodes) + 3 * self.units(self.eval_episodes)
         return max(0.0, self.cap() - self.stopping()) / plays
+
+    def kept_screen(self) -> float:
+        """The expected seconds of a screen of the kept model's games beside the workers."""
+        return self.playing(self.eval_episodes, 1, kept=True) * self.share()
+
+    def overpriced(self) -> bool:
+        """Whether the kept model's games price the re-scoring well over what the latest
+        model's would cost, by the training games' lengths: shorter now by a ratio ``r`` of
+        their length when the kept model was handed over (a Pong model at -7 rallies for
+        minutes; at 20 it wins quickly), the latest model's re-scoring would save about
+        ``(1 - r)`` of the kept model's, and a screen and re-screen of its games cost about
+        ``r`` of two of the kept model's beside the workers: worth it where the saving is
+        larger. (The training games are the sampled policy's, the evaluation's greedy: a
+        guess the screen checks, and it gives up where it proves wrong.)"""
+        if not self.length or not self.kept_length or self.kept_per_episode is None:
+            return False
+        r = self.length / self.kept_length
+        return self.rescoring() * (1.0 - r) > 2.0 * self.kept_screen() * r
+
+    def repricing_screen(self) -> float | None:
+        """The seconds each stage of a screen of the latest model before the stop may take,
+        where such a screen can free training time (None where it cannot): a squeezed
+        reserve's :meth:`quick_screen`, or where the kept model is :meth:`overpriced`, its own
+        games' seconds (a latest model whose games take as long frees nothing)."""
+        if self.kept_per_episode is None:
+            return None
+        if self.squeezed():
+            return self.quick_screen()
+        return self.kept_screen() if self.overpriced() else None
 
     def quick_screen(self) -> float:
         """The seconds each stage (screen, re-screen) of the screen before a squeezed reserve's

@@ -83,8 +83,8 @@ class Outcome:
     reserved: float | None = None
     # the evaluations the limit cut short (summary.json's evaluations_cut_short)
     cut_short: list[dict[str, Any]] = field(default_factory=list)
-    # the evaluations a squeezed reserve bounded that gave up: the screen before the stop, the
-    # final evaluation (summary.json's evaluations_gave_up)
+    # the bounded evaluations that gave up: the screen before the stop that re-prices the
+    # reserve, a squeezed reserve's final evaluation (summary.json's evaluations_gave_up)
     gave_up: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -200,7 +200,7 @@ class Supervisor:
         self.time_limit = cfg.time_limit_seconds()
         self.last_ckpt = (time.monotonic(), run.global_step())
         self.pending: tuple[int, set[int]] | None = None  # request id, workers yet to answer
-        self.repriced = False  # the screen before a squeezed reserve's stop is under way or done
+        self.repriced = False  # the screen before the stop (re-pricing) is under way or done
 
     def run(self, worker_states: dict[int, dict]) -> Outcome:
         self.run_.clock(self.monitor.elapsed())
@@ -381,43 +381,44 @@ class Supervisor:
             due = self.monitor.screen_seconds <= EVAL_SHARE * self.monitor.elapsed()
         plan = self.plan
         left = None if plan is None else plan.left()
-        reprice = False
+        reprice, within = False, None
         if plan is not None and left is not None:
             room = left - plan.reserve(final_evaluation=True)
             # none that would still be playing when training stops for the time limit: the
             # final evaluation, of later parameters, takes its place
             due = due and room >= plan.screen()
-            # but where the kept model's episodes squeeze the reserve to its cap, one screen
-            # of the latest parameters (in a run that evaluates as it trains), as late as its
-            # two stages, each given quick_screen(), end before the stop with a few seconds to
-            # spare (the later, the more trained the model it tries): if they beat the kept
-            # model's score, they are kept,
+            # but where the kept model's episodes squeeze the reserve to its cap, or price it
+            # well over what the latest model's would cost (plan.overpriced), one screen of
+            # the latest parameters (in a run that evaluates as it trains), as late as its
+            # two stages, each given repricing_screen(), end before the stop with a few
+            # seconds to spare (the later, the more trained the model it tries): if they beat
+            # the kept model's score, they are kept,
             # and their episodes (which usually end: a stalled greedy policy's do not) price
             # the re-scoring, and training goes on for the time that frees. It plays no pair
-            # of the stalled kept model, and gives up once its own episodes prove too long to
-            # end the squeeze (docs/atari.md, "A kept model the stop replaces")
+            # of the kept model, whose long games it is there to spare, and gives up once its
+            # own episodes prove too long to free time (docs/atari.md, "A kept model the stop
+            # replaces")
+            within = None if self.repriced or every <= 0 else plan.repricing_screen()
             reprice = (
-                not self.repriced
-                and every > 0
+                within is not None
                 and step > self.last_eval_step
-                and 0 < room < min(plan.screen(), 2 * plan.quick_screen() + plan.stopping())
-                and plan.kept_per_episode is not None
-                and plan.squeezed()
+                and 0 < room < min(plan.screen(), 2 * within + plan.stopping())
             )
         wanted = self.eval_wanted and (
             self.monitor.episodes - self.eval_asked_at >= max(1, self.cfg.window // 4)
         )
         if due or wanted or reprice:
-            within = plan.quick_screen() if reprice and plan is not None else None
-            self.evaluate_now(step, within=within)
+            self.evaluate_now(step, within=within if reprice else None)
             self.eval_wanted = False
             if wanted:
                 self.eval_asked_at = self.monitor.episodes
             if reprice:
                 self.repriced = True
+                squeezed = plan is not None and plan.squeezed()
+                why = "is at its cap" if squeezed else "is priced on the kept model's long games"
                 self.monitor.log(
-                    "the re-scoring's reserve is at its cap: screening the latest model "
-                    "before training stops"
+                    f"the re-scoring's reserve {why}: screening the latest model before "
+                    "training stops"
                 )
 
     def evaluate_now(
@@ -453,8 +454,8 @@ class Supervisor:
                 which, then = "final", "; the kept model's re-scoring has the time"
             self.monitor.log(
                 f"evaluation {result.index}: the {which} model's {played} took "
-                f"{result.seconds:.0f} s, too long for its episodes to end the re-scoring's "
-                f"squeeze; it gave up and counts for nothing{then}"
+                f"{result.seconds:.0f} s, too long for its episodes to shorten the re-scoring; "
+                f"it gave up and counts for nothing{then}"
             )
             self.outcome.gave_up.append(_record(result))
             return
