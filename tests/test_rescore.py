@@ -378,11 +378,13 @@ def test_a_kept_model_whose_games_the_training_ones_outgrew_is_screened_before_t
     games have shortened to half their length when it was handed over (a Pong model at -7
     rallies long; at 20 it wins fast): one screen of the latest parameters before the stop,
     each stage within the kept model's own screen, and where it beats the kept model its
-    quick games price the re-scoring and training goes on. None where the games shortened
-    too little for the saving to pay for the screen, or no length is known."""
+    quick games price the re-scoring and training goes on; while it plays, the reserve prices
+    none of the kept model's games (it plays none) and no rest of it (its stages end in time).
+    None where the games shortened too little for the saving to pay for the screen, or no
+    length is known."""
     cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
     left = [800.0]
-    plan = _plan()  # 600 s: a cap of 150 s
+    plan = _plan(seconds=3_600.0)  # a cap of 900 s: nothing the screen adds would hide under it
     plan.left = lambda: left[0]  # type: ignore[method-assign]
     run, ev = FakeRun(), FakeEvaluator()
     long_games = evaluation.Evaluation(0, 50, 1.0, (3.0,) * 10, 20.0, screen_seconds=20.0)
@@ -411,15 +413,25 @@ def test_a_kept_model_whose_games_the_training_ones_outgrew_is_screened_before_t
         assert ev.asked == [100] and sup.repriced and ev.within == [20.0]
         err = capsys.readouterr().err
         assert "is priced on the kept model's long games: screening the latest model" in err
+        # playing: priced as a periodic screen's rest and pair (10 + 20 s), it would stop
+        # training at 165 s, before it could free any
+        ev.busy, ev.progress = True, ("screen", 0, 10, 0.0)
+        left[0] = 140.0
+        sup.maybe_end_on_time()
+        assert not sup.stopping
+        ev.busy, ev.progress = False, None
         run.step = 200
         sup.maybe_evaluate()
         assert ev.asked == [100]  # once
         # 6 s: 10 quick games and 10 more of its re-screen, which beat the kept model's score
+        index = sup.repricing
+        assert index is not None
         latest = evaluation.Evaluation(
-            1, 100, 2.0, (9.0,) * 10, 6.0, screen_seconds=6.0, rescreened=True
+            index, 100, 2.0, (9.0,) * 10, 6.0, screen_seconds=6.0, rescreened=True
         )
         sup.evaluated(latest)
         assert plan.kept_per_episode == 0.3 and plan.kept_length == 2_000.0
+        assert sup.repricing is None
         # 5 s to stop, 15 s of re-scoring, 1.5 + 3 s of a final evaluation and its pair
         assert plan.reserve(final_evaluation=True) == pytest.approx(24.5)
         assert not plan.overpriced()
@@ -429,6 +441,12 @@ def test_a_kept_model_whose_games_the_training_ones_outgrew_is_screened_before_t
         left[0] = 24.0
         sup.maybe_end_on_time()
         assert sup.stopping
+    # a re-screen that re-times the kept model's games without replacing it keeps its length
+    rescreen = _plan()
+    rescreen.observe(_evaluation(seconds=20.0), kept=True, length=4_000.0)
+    rescreen.observe(_evaluation(seconds=60.0, rescreened=True, kept=30.0), length=3_000.0)
+    assert rescreen.kept_per_episode == 3.0 and rescreen.kept_length == 4_000.0
+    assert rescreen.measured_length == 3_000.0
     # a plan resumed from its state keeps the kept model's length
     resumed = _plan()
     resumed.load_state_dict(plan.state_dict())

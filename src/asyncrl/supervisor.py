@@ -201,6 +201,9 @@ class Supervisor:
         self.last_ckpt = (time.monotonic(), run.global_step())
         self.pending: tuple[int, set[int]] | None = None  # request id, workers yet to answer
         self.repriced = False  # the screen before the stop (re-pricing) is under way or done
+        # its index while it plays: its stages end before the stop, bounded, and play none of
+        # the kept model's games, so the reserve does not price them (maybe_end_on_time)
+        self.repricing: int | None = None
 
     def run(self, worker_states: dict[int, dict]) -> Outcome:
         self.run_.clock(self.monitor.elapsed())
@@ -241,7 +244,10 @@ class Supervisor:
         # the work after training (its stop, the rest of an evaluation under way, the final
         # evaluation, the re-scoring) inside the limit: training stops that long before it
         ev, under_way, plays = self.evaluator, 0, 0
-        if ev is not None and ev.busy and (progress := ev.progress) is not None:
+        # (not the re-pricing screen's: it began as late as its two stages, each bounded, end
+        # before the stop, and it plays none of the kept model's games)
+        busy = ev is not None and ev.busy and self.repricing is None
+        if busy and ev is not None and (progress := ev.progress) is not None:
             under_way = progress[2] - progress[1]
             # and where a screen beats the kept model, a re-screen of both models (priced as
             # the kept model's episodes: a stalled screen's model is not re-screened)
@@ -408,7 +414,9 @@ class Supervisor:
             self.monitor.episodes - self.eval_asked_at >= max(1, self.cfg.window // 4)
         )
         if due or wanted or reprice:
-            self.evaluate_now(step, within=within if reprice else None)
+            index = self.monitor.evaluations
+            if self.evaluate_now(step, within=within if reprice else None) and reprice:
+                self.repricing = index
             self.eval_wanted = False
             if wanted:
                 self.eval_asked_at = self.monitor.episodes
@@ -440,6 +448,8 @@ class Supervisor:
 
     def evaluated(self, result: Evaluation) -> None:
         length = self.length_at.pop(result.index, None)
+        if result.index == self.repricing:
+            self.repricing = None
         if result.error is not None:
             self.monitor.log(
                 f"evaluation {result.index} failed ({result.error}); the run goes on without "
