@@ -246,8 +246,8 @@ class Supervisor:
         ev, under_way, plays = self.evaluator, 0, 0
         # (not the re-pricing screen's: it began as late as its two stages, each bounded, end
         # before the stop, and it plays none of the kept model's games)
-        busy = ev is not None and ev.busy and self.repricing is None
-        if busy and ev is not None and (progress := ev.progress) is not None:
+        counted = self.repricing is None and ev is not None and ev.busy
+        if counted and ev is not None and (progress := ev.progress) is not None:
             under_way = progress[2] - progress[1]
             # and where a screen beats the kept model, a re-screen of both models (priced as
             # the kept model's episodes: a stalled screen's model is not re-screened)
