@@ -374,14 +374,13 @@ def test_a_squeezed_reserve_screens_the_latest_model_before_the_stop_and_frees_i
 def test_a_kept_model_whose_games_the_training_ones_outgrew_is_screened_before_the_stop(
     tmp_path, capsys
 ):
-    """Not squeezed, but the kept model's long games price the re-scoring, and the training
-    games have shortened to half their length when it was handed over (a Pong model at -7
-    rallies long; at 20 it wins fast): one screen of the latest parameters before the stop,
-    each stage within the kept model's own screen, and where it beats the kept model its
-    quick games price the re-scoring and training goes on; while it plays, the reserve prices
-    none of the kept model's games (it plays none) and no rest of it (its stages end in time).
-    None where the games shortened too little for the saving to pay for the screen, or no
-    length is known."""
+    """Not squeezed, but the kept model's long games price the re-scoring, and the training games
+    have shortened to half their length when it was handed over (Pong's games are long while the
+    points are close, short once it wins them all): one screen of the latest parameters before the
+    stop, each stage within the kept model's own screen, and where it beats the kept model its quick
+    games price the re-scoring and training goes on; while it plays, the reserve prices none of the
+    kept model's games (it plays none) and no rest of it (its stages end in time). None where the
+    games shortened too little for the saving to pay for the screen, or no length is known."""
     cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
     left = [800.0]
     plan = _plan(seconds=3_600.0)  # a cap of 900 s: nothing the screen adds would hide under it

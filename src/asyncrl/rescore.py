@@ -251,14 +251,14 @@ class TimePlan:
         return self.playing(self.eval_episodes, 1, kept=True) * self.share()
 
     def overpriced(self) -> bool:
-        """Whether the kept model's games price the re-scoring well over what the latest
-        model's would cost, by the training games' lengths: shorter now by a ratio ``r`` of
-        their length when the kept model was handed over (a Pong model at -7 rallies for
-        minutes; at 20 it wins quickly), the latest model's re-scoring would save about
-        ``(1 - r)`` of the kept model's, and a screen and re-screen of its games cost about
-        ``r`` of two of the kept model's beside the workers: worth it where the saving is
-        larger. (The training games are the sampled policy's, the evaluation's greedy: a
-        guess the screen checks, and it gives up where it proves wrong.)"""
+        """Whether the kept model's games price the re-scoring well over what the latest model's
+        would cost, by the training games' lengths: shorter now by a ratio ``r`` of their length
+        when the kept model was handed over (Pong's games are long while the points are close, and
+        short once it wins them all), the latest model's re-scoring would save about ``(1 - r)`` of
+        the kept model's, and a screen and re-screen of its games cost about ``r`` of two of the
+        kept model's beside the workers: worth it where the saving is larger. (The training games
+        are the sampled policy's, the evaluation's greedy: a guess the screen checks, and it gives
+        up where it proves wrong.)"""
         if not self.length or not self.kept_length or self.kept_per_episode is None:
             return False
         r = self.length / self.kept_length
