@@ -21,7 +21,7 @@ from asyncrl.messages import Episodes, Finished, GlobalSnapshot
 from asyncrl.monitor import Monitor
 from asyncrl.parallel import play_parallel
 from asyncrl.policy import OutOfTime, play_episodes
-from asyncrl.rescore import RESERVE_SHARE, STOP_SECONDS, STOP_SHARE, TimePlan
+from asyncrl.rescore import CONTENDER_RAISE, RESERVE_SHARE, STOP_SECONDS, STOP_SHARE, TimePlan
 from asyncrl.rundir import RunDir
 from asyncrl.supervisor import Ended, Supervisor
 from asyncrl.trainer import _time_plan
@@ -560,6 +560,35 @@ def test_the_latest_models_price_follows_the_training_episodes_lengthening(tmp_p
     resumed.load_state_dict(plan.state_dict())
     resumed.length = 2_000.0
     assert resumed.measured_length == 1_000.0 and resumed.lengthening() == 2.0
+
+
+def test_a_contenders_longer_games_price_the_rescoring_within_a_bound():
+    """A model that beat the kept model's score on its screen and lost the re-screen is what
+    the stop's evaluation usually keeps: where its games are longer (a policy that survives
+    longer), they price the re-scoring, lengthened as the training games have since, up to
+    CONTENDER_RAISE times the kept model's price; a stalled screen that does not beat the kept
+    score prices nothing, and a model kept clears the contender."""
+    plan = _plan()
+    plan.length = 1_000.0
+    plan.observe(_evaluation(seconds=10.0), kept=True, length=1_000.0)  # 1 s a game
+    assert plan.rescoring() == plan.kept_rescoring() == 50.0
+    plan.observe(_evaluation(seconds=600.0), length=1_000.0)  # a stalled screen, under the kept
+    assert plan.contender_per_episode is None and plan.rescoring() == 50.0
+    # a contender at 1.2 s a game (its screen and re-screen: 20 games in 24 s, its pair 10 s)
+    plan.observe(_evaluation(seconds=34.0, rescreened=True, kept=10.0), length=1_000.0)
+    assert plan.kept_per_episode == 1.0 and plan.contender_per_episode == pytest.approx(1.2)
+    assert plan.rescoring() == pytest.approx(60.0) and plan.kept_rescoring() == 50.0
+    assert plan.reserve(final_evaluation=False) == pytest.approx(STOP_SECONDS + 60.0)
+    plan.length = 1_250.0  # the training games lengthened by a quarter since
+    assert plan.rescoring() == pytest.approx(75.0)
+    plan.length = 5_000.0  # but never past the bound
+    assert plan.rescoring() == CONTENDER_RAISE * 50.0
+    resumed = _plan()
+    resumed.load_state_dict(plan.state_dict())
+    resumed.length = 1_250.0
+    assert resumed.rescoring() == pytest.approx(75.0)
+    plan.observe(_evaluation(seconds=20.0, rescreened=True), kept=True, length=5_000.0)
+    assert plan.contender_per_episode is None and plan.rescoring() == 50.0
 
 
 def test_a_cut_short_evaluation_counts_for_nothing_and_is_recorded(tmp_path):

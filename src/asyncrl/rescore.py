@@ -48,6 +48,11 @@ STOP_SHARE = 0.05
 #: cap, and be replaced by a quick one at the last evaluation (docs/atari.md, "A greedy
 #: policy that stalls")
 RESERVE_SHARE = 0.25
+#: the most a contender's games (:attr:`TimePlan.contender_per_episode`) may raise the
+#: re-scoring's price, as a multiple of the kept model's: enough for a model the stop keeps
+#: whose games outgrew the kept one's as it learned to survive, bounded so that a contender
+#: whose greedy games stall cannot take the training's time (docs/atari.md)
+CONTENDER_RAISE = 2.0
 #: seconds between two progress lines of the work after training
 PROGRESS_EVERY = 5.0
 
@@ -96,6 +101,13 @@ class TimePlan:
     #: the training games have shortened much since, the latest model's likely end sooner than
     #: the kept model's that price the re-scoring (:meth:`overpriced`)
     kept_length: float | None = None
+    #: the seconds an episode of the latest model that beat the kept model's score on its
+    #: screen but lost the re-screen, and the training episodes' length at its handover: the
+    #: final evaluation, of a later model, usually keeps one like it, and in games where a
+    #: better policy survives longer its re-scoring outgrows the kept model's price. Cleared
+    #: when a model is kept (its own price is then the kept one).
+    contender_per_episode: float | None = None
+    contender_length: float | None = None
 
     def observe(
         self,
@@ -124,8 +136,13 @@ class TimePlan:
         if kept:
             self.kept_per_episode = self.per_episode
             self.kept_length = self.measured_length
-        elif ev.kept_returns:
-            self.kept_per_episode = ev.kept_seconds / n / share
+            self.contender_per_episode = self.contender_length = None
+        else:
+            if ev.kept_returns:
+                self.kept_per_episode = ev.kept_seconds / n / share
+            if ev.rescreened:
+                self.contender_per_episode = self.per_episode
+                self.contender_length = self.measured_length
         self.measured = True
 
     def share(self) -> float:
@@ -143,6 +160,8 @@ class TimePlan:
             "kept_per_episode": self.kept_per_episode,
             "measured_length": self.measured_length if self.measured else None,
             "kept_length": self.kept_length,
+            "contender_per_episode": self.contender_per_episode,
+            "contender_length": self.contender_length,
         }
 
     def load_state_dict(self, state: dict[str, float | None]) -> None:
@@ -151,6 +170,8 @@ class TimePlan:
         self.kept_per_episode = state.get("kept_per_episode")
         self.measured_length = state.get("measured_length")
         self.kept_length = state.get("kept_length")
+        self.contender_per_episode = state.get("contender_per_episode")
+        self.contender_length = state.get("contender_length")
 
     def guess(self, mean_steps: float, most_steps: int, steps_per_second: float) -> None:
         """An episode's seconds as the training episodes tell them, until an evaluation has
@@ -194,6 +215,20 @@ class TimePlan:
         return math.ceil(episodes / (p if self.separate else EVAL_WAVE))
 
     def rescoring(self) -> float:
+        """The expected seconds of the re-scoring: the kept model's episodes, or a contender's
+        lengthened as the training episodes have since its handover, where longer, up to
+        :data:`CONTENDER_RAISE` times the kept model's."""
+        own = self.kept_rescoring()
+        if self.contender_per_episode is None:
+            return own
+        growth = 1.0
+        if self.length and self.contender_length:
+            growth = max(1.0, self.length / self.contender_length)
+        contender = self.contender_per_episode * growth * self.units(self.rescore_episodes)
+        return max(own, min(contender, CONTENDER_RAISE * own))
+
+    def kept_rescoring(self) -> float:
+        """The expected seconds of the kept model's re-scoring, on its own episodes."""
         return self.playing(self.rescore_episodes, kept=True)
 
     def evaluation(self, processes: int | None = None) -> float:
@@ -262,7 +297,7 @@ class TimePlan:
         if not self.length or not self.kept_length or self.kept_per_episode is None:
             return False
         r = self.length / self.kept_length
-        return self.rescoring() * (1.0 - r) > 2.0 * self.kept_screen() * r
+        return self.kept_rescoring() * (1.0 - r) > 2.0 * self.kept_screen() * r
 
     def repricing_screen(self) -> float | None:
         """The seconds each stage of a screen of the latest model before the stop may take,
