@@ -589,6 +589,18 @@ def test_a_contenders_longer_games_price_the_rescoring_within_a_bound():
     assert resumed.rescoring() == pytest.approx(75.0)
     plan.observe(_evaluation(seconds=20.0, rescreened=True), kept=True, length=5_000.0)
     assert plan.contender_per_episode is None and plan.rescoring() == 50.0
+    # one played after the stop makes none (the work it would price is under way)
+    plan.observe(_evaluation(seconds=34.0, rescreened=True, kept=10.0), training=False)
+    assert plan.contender_per_episode is None
+    # a contender raises the reserve up to its cap, but does not squeeze it: the squeeze's
+    # bounded screens are for a kept model whose games stall, and a learning model's would
+    # give up under them (30 minutes, 4 s a kept game, 8 s a contender's)
+    half = _plan(seconds=1_800.0)
+    half.observe(_evaluation(seconds=40.0), kept=True)
+    half.observe(_evaluation(seconds=200.0, rescreened=True, kept=40.0))
+    assert half.rescoring() == 2 * half.kept_rescoring() == 400.0
+    assert half.wanted(final_evaluation=True) > half.cap() == half.reserve(final_evaluation=True)
+    assert not half.squeezed() and half.repricing_screen() is None
 
 
 def test_a_cut_short_evaluation_counts_for_nothing_and_is_recorded(tmp_path):

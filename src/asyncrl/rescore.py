@@ -140,7 +140,9 @@ class TimePlan:
         else:
             if ev.kept_returns:
                 self.kept_per_episode = ev.kept_seconds / n / share
-            if ev.rescreened:
+            # (one played after the stop: its processes' seconds are not a screen's, and
+            # the work it would price is under way)
+            if ev.rescreened and training:
                 self.contender_per_episode = self.per_episode
                 self.contender_length = self.measured_length
         self.measured = True
@@ -272,7 +274,11 @@ class TimePlan:
         """Whether the reserve's cap squeezes the work after training: the kept model's
         re-scoring then costs training time it may not need (the model is likely a greedy
         Atari policy that stalls every game to the frame cap, and a later one's games end)."""
-        return self.wanted(final_evaluation=True) > self.cap()
+        # on the kept model's own price: a contender raises the reserve, up to its cap, but a
+        # learning model's longer games are not a stalled one's, for which the squeeze's
+        # bounded screens are there (they would make the stop's model give up)
+        kept_only = self.wanted(final_evaluation=True) - self.rescoring() + self.kept_rescoring()
+        return kept_only > self.cap()
 
     def freeing_price(self) -> float:
         """The seconds an episode (or wave) of a model kept in place of the kept one may take
