@@ -205,9 +205,14 @@ class TimePlan:
     def lengthening(self) -> float:
         """How much longer the latest model's episodes are expected than the evaluation that
         measured them: the training episodes' lengthening since, at least 1."""
-        if not self.length or not self.measured_length:
+        return self.growth_since(self.measured_length)
+
+    def growth_since(self, length: float | None) -> float:
+        """The training episodes' length now over ``length`` (theirs at a handover), at least
+        1 (1 where either is unknown)."""
+        if not self.length or not length:
             return 1.0
-        return max(1.0, self.length / self.measured_length)
+        return max(1.0, self.length / length)
 
     def units(self, episodes: int, processes: int | None = None) -> int:
         """What ``episodes`` episodes on ``processes`` (default: after training's) processes
@@ -223,9 +228,7 @@ class TimePlan:
         own = self.kept_rescoring()
         if self.contender_per_episode is None:
             return own
-        growth = 1.0
-        if self.length and self.contender_length:
-            growth = max(1.0, self.length / self.contender_length)
+        growth = self.growth_since(self.contender_length)
         contender = self.contender_per_episode * growth * self.units(self.rescore_episodes)
         return max(own, min(contender, CONTENDER_RAISE * own))
 
