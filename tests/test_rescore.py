@@ -2,11 +2,13 @@
 kept_model_*), the plan that fits the evaluations, the confirmation and the re-scoring inside
 --time-limit, what the limit cuts short, and the episodes played on several processes."""
 
+import dataclasses
 import json
 import multiprocessing
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ from tests.oracles import spec_of
 
 SEPARATE = "asyncrl-test/CartPoleSeparate-v0"
 SLOW = "tests.envs_for_tests:asyncrl-test/Slow-v0"
+COUNTER = "asyncrl-test/Counter-v0"
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -204,6 +207,12 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     assert shared.screen() == pytest.approx(30 * 1.0 * 1.5)
     shared.observe(_evaluation(seconds=15.0), training=False)
     assert shared.per_episode == 1.5
+    # one that played after the stop on the 2 processes training freed: 5 episodes each in
+    # its 15 s, 3 s an episode (on one process, it would understate them by half); the kept
+    # model's price too, which a resumed run's re-scoring reads from the checkpoint
+    after_stop = dataclasses.replace(_evaluation(seconds=15.0), processes=2)
+    shared.observe(after_stop, training=False, kept=True)
+    assert shared.per_episode == shared.kept_per_episode == 3.0
     # a natively vectorized env plays a wave of up to EVAL_WAVE episodes in one episode's time:
     # guessed as a worker's step of its 16 envs for each step of the longest episode
     wave = _plan(separate=False, envs=16)
@@ -651,10 +660,22 @@ def test_the_deadline_cuts_a_confirmation_short():
     assert result.returns == () and result.screen_seconds > 0
 
 
+def _counter():
+    """The model spec of A3C on the Counter env, and a snapshot of a model built from it."""
+    from asyncrl.algos import make_algorithm
+    from asyncrl.envs import probe_env
+    from asyncrl.models import build_model, flatten_parameters
+    from asyncrl.presets import preset
+
+    cfg = preset(None, env=COUNTER).validate()
+    spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(COUNTER)))
+    flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
+    return spec, GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
+
+
 def _fake_plays(monkeypatch, plays):
     """The evaluator's plays on a clock they advance (``plays``: each one's seconds and
     return); a play the deadline falls inside ends there, out of time, as play_episodes does."""
-    import types
 
     now = [0.0]
 
@@ -676,19 +697,9 @@ def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
     kept model's play of its starts 40 s. The evaluation reports the 46 s and the kept
     model's 40 on their own, and the plan prices each model on its own episodes."""
 
-    from asyncrl.algos import make_algorithm
-    from asyncrl.envs import probe_env
-    from asyncrl.messages import GlobalSnapshot
-    from asyncrl.models import build_model, flatten_parameters
-    from asyncrl.presets import preset
-
-    env = "asyncrl-test/Counter-v0"
-    cfg = preset(None, env=env).validate()
-    spec = spec_of(make_algorithm(cfg.algo, cfg, probe_env(env)))
-    flat = flatten_parameters(build_model(spec)).detach().numpy().copy()
-    snap = GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
+    spec, snap = _counter()
     _fake_plays(monkeypatch, iter([(3.0, 5.0), (3.0, 5.0), (40.0, 1.0)]))  # seconds, return
-    ev = evaluation.Evaluator(spec, "a3c", env, {}, episodes=4, deterministic=True, seed=0)
+    ev = evaluation.Evaluator(spec, "a3c", COUNTER, {}, episodes=4, deterministic=True, seed=0)
     ev.bar = lambda: 2.0  # the kept model's score: the screen's 5 beats it
     ev.keep(snap)
     try:
@@ -698,9 +709,38 @@ def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
         ev.close()
     assert result.stage == "re-screen" and result.kept_returns == (1.0,) * 4
     assert (result.seconds, result.kept_seconds) == (46.0, 40.0)
+    assert result.processes == 1
     plan = _plan()
     plan.observe(result, training=False)
     assert plan.per_episode == 0.75 and plan.kept_per_episode == 10.0
+
+
+def test_an_evaluation_after_the_stop_reports_the_processes_it_played_on(monkeypatch):
+    """Once training has stopped, the evaluator plays the waves left on the processes it freed
+    (Evaluator.processes): the evaluation says so, and the plan divides its seconds over them."""
+    import asyncrl.parallel
+
+    def parallel(source, seeds, processes, on_episode=None, **_):
+        assert processes == 2
+        now[0] += 6.0  # 4 episodes, 2 on each process, 3 s each
+        for i in range(len(seeds)):
+            on_episode(i, 5.0)
+
+    now = [0.0]
+    monkeypatch.setattr(asyncrl.parallel, "play_parallel", parallel)
+    monkeypatch.setattr(evaluation, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    spec, snap = _counter()
+    ev = evaluation.Evaluator(spec, "a3c", COUNTER, {}, episodes=4, deterministic=True, seed=0)
+    ev.processes = 2
+    try:
+        assert ev.submit(1, 100, 0.0, snap)
+        (result,) = ev.wait()
+    finally:
+        ev.close()
+    assert (result.returns, result.seconds, result.processes) == ((5.0,) * 4, 6.0, 2)
+    plan = _plan()
+    plan.observe(result, training=False)
+    assert plan.per_episode == 3.0
 
 
 def test_a_model_at_the_freeing_price_ends_the_squeeze():

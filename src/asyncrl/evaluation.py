@@ -112,6 +112,9 @@ class Evaluation:
     # a screen before the stop that re-prices the reserve (Evaluator.submit's ``within``) whose
     # model's episodes proved too long to free time: it stopped playing, and counts for nothing
     gave_up: bool = False
+    # the most processes its episodes played on: more than one once training has stopped and
+    # freed its cores (Evaluator.processes), where its seconds are those of waves side by side
+    processes: int = 1
 
     @property
     def mean(self) -> float:
@@ -199,6 +202,7 @@ class Evaluator:
         #: processes to play in (set once training has stopped and its cores are free): the
         #: evaluation under way plays its remaining episodes on them (asyncrl.parallel)
         self.processes = 1
+        self._played_on = 1  # the most processes the evaluation under way has played on
         #: the evaluation under way, for a progress line: its stage ("screen" or
         #: "confirmation"), episodes ended, episodes planned, and its perf_counter start
         self.progress: tuple[str, int, int, float] | None = None
@@ -311,6 +315,7 @@ class Evaluator:
             while (request := self._requests.get()) is not None:
                 index, step, wall, snap, within = request
                 t0 = time.perf_counter()
+                self._played_on = 1
                 # every request gets an answer, failed or not: the run waits for the last one
                 try:
                     if policy is None:
@@ -324,6 +329,7 @@ class Evaluator:
                         index, step, wall, tuple(returns), seconds, snap, None,
                         stage == "confirmation", screen, cut is not None and not gave_up,
                         cut or 0, stage == "re-screen", tuple(pair), paired, gave_up,
+                        self._played_on,
                     )  # fmt: skip
                 except Stopped:  # close(): nobody waits for this answer
                     break
@@ -434,6 +440,7 @@ class Evaluator:
                 if self.processes > 1 and len(seeds) - at > 1:
                     from asyncrl.parallel import SnapshotPolicy, play_parallel
 
+                    self._played_on = max(self._played_on, self.processes)
                     source = SnapshotPolicy(
                         self.spec, self.algo, self.env_id, self.env_kwargs, snap
                     )

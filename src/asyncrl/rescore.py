@@ -129,8 +129,10 @@ class TimePlan:
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
         share = self.share() if training else 1.0
         # (a re-screen's evaluation played its screen and its re-screen, each as waves of
-        # their own, and then the kept model's episodes)
-        n = self.units(len(ev.returns), 1)
+        # their own, and then the kept model's episodes; one that went on after the stop, on
+        # the processes training freed, is priced as if it had played on them throughout: the
+        # waves it began on this thread make the price longer, never shorter than it was)
+        n = self.units(len(ev.returns), ev.processes)
         own = n * (2 if ev.rescreened else 1)
         self.per_episode = (seconds - ev.kept_seconds) / own / share
         if kept:
