@@ -210,7 +210,7 @@ def test_the_plan_reserves_the_expected_seconds_of_the_work_after_training():
     # one that played after the stop on the 2 processes training freed: 5 episodes each in
     # its 15 s, 3 s an episode (on one process, it would understate them by half); the kept
     # model's price too, which a resumed run's re-scoring reads from the checkpoint
-    after_stop = dataclasses.replace(_evaluation(seconds=15.0), processes=2)
+    after_stop = dataclasses.replace(_evaluation(seconds=15.0), saved_seconds=15.0)
     shared.observe(after_stop, training=False, kept=True)
     assert shared.per_episode == shared.kept_per_episode == 3.0
     # a natively vectorized env plays a wave of up to EVAL_WAVE episodes in one episode's time:
@@ -517,6 +517,36 @@ def test_a_squeezed_reserves_final_evaluation_is_bounded_as_the_screen_before_th
                 assert "the kept model's re-scoring has the time" in capsys.readouterr().err
 
 
+def test_what_plays_after_a_step_budgets_end_is_priced_on_free_cores(tmp_path):
+    """A run that ends on its step budget sets no ``stopping`` (the workers just end): its
+    final evaluation still plays with the cores to itself, so its seconds are not those of a
+    screen beside the workers (2 workers on 2 cores: 1.5 times slower), and a re-screen it
+    loses makes no contender (the work it would price is under way)."""
+    cfg = asyncrl.Config(progress=False, tensorboard=False, steps=2_000, eval_every=1_000)
+    glob = GlobalSnapshot(np.zeros(1, np.float32), {}, None, 0, np.array([[100], [0]]))
+    lost = evaluation.Evaluation(  # 10 episodes each, the latest model's 15 s, the kept's 5
+        1, 100, 9.0, (1.0,) * 10, 20.0, screen_seconds=20.0, rescreened=True,
+        kept_returns=(2.0,) * 10, kept_seconds=5.0,
+    )  # fmt: skip
+    for trained in (False, True):
+        plan = _plan(workers=2, cores=2)
+        (tmp_path / f"{trained}").mkdir()
+        with Monitor(RunDir(tmp_path / f"{trained}"), cfg, target_return=None) as monitor:
+            sup = Supervisor(
+                cfg, FakeRun(), monitor, lambda *a: None, evaluator=FinalEvaluator(), plan=plan
+            )  # type: ignore[arg-type]
+            sup.evaluated(evaluation.Evaluation(0, 50, 1.0, (3.0,) * 10, 10.0, screen_seconds=10.0))
+            if trained:
+                sup.outcome.glob, sup.outcome.ended = glob, Ended.BUDGET
+                sup.final_evaluation()
+            assert not sup.stopping
+            sup.evaluated(lost)
+        share = 1.0 if trained else 1.5
+        assert plan.per_episode == pytest.approx(15.0 / 20 / share)
+        assert plan.kept_per_episode == pytest.approx(5.0 / 10 / share)
+        assert (plan.contender_per_episode is None) is trained
+
+
 def test_the_latest_models_price_follows_the_training_episodes_lengthening(tmp_path):
     """An evaluation measured the latest model's seconds a game when the training games were
     1,000 steps long; they have since grown to 1,500: its final evaluation is priced 1.5 times
@@ -673,22 +703,35 @@ def _counter():
     return spec, GlobalSnapshot(flat, {}, None, 0, np.zeros((3, 1), np.int64))
 
 
-def _fake_plays(monkeypatch, plays):
+def _fake_plays(monkeypatch, plays, on_play=None):
     """The evaluator's plays on a clock they advance (``plays``: each one's seconds and
-    return); a play the deadline falls inside ends there, out of time, as play_episodes does."""
+    return), on its thread (play_episodes) or on processes (play_parallel); a play the
+    deadline falls inside ends there, out of time, as they do. ``on_play``: called after each
+    play with what played it ("thread" or the processes)."""
+    import asyncrl.parallel
 
     now = [0.0]
 
-    def scheduled(policy, envs, seeds, deterministic=True, rng=None, deadline=None, **_):
+    def play(seeds, deadline, where):
         seconds, ret = next(plays)
         limit = deadline() if callable(deadline) else deadline
         if limit is not None and now[0] + seconds >= limit:
             now[0] = max(now[0], limit)
             raise OutOfTime
         now[0] += seconds
+        if on_play is not None:
+            on_play(where)
         return [ret] * len(seeds)
 
+    def scheduled(policy, envs, seeds, deterministic=True, rng=None, deadline=None, **_):
+        return play(seeds, deadline, "thread")
+
+    def parallel(source, seeds, processes, deadline=None, on_episode=None, **_):
+        for i, ret in enumerate(play(seeds, deadline, processes)):
+            on_episode(i, ret)
+
     monkeypatch.setattr(evaluation, "play_episodes", scheduled)
+    monkeypatch.setattr(asyncrl.parallel, "play_parallel", parallel)
     monkeypatch.setattr(evaluation, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
 
 
@@ -709,38 +752,48 @@ def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
         ev.close()
     assert result.stage == "re-screen" and result.kept_returns == (1.0,) * 4
     assert (result.seconds, result.kept_seconds) == (46.0, 40.0)
-    assert result.processes == 1
+    assert (result.saved_seconds, result.kept_saved_seconds) == (0.0, 0.0)
     plan = _plan()
     plan.observe(result, training=False)
     assert plan.per_episode == 0.75 and plan.kept_per_episode == 10.0
 
 
-def test_an_evaluation_after_the_stop_reports_the_processes_it_played_on(monkeypatch):
-    """Once training has stopped, the evaluator plays the waves left on the processes it freed
-    (Evaluator.processes): the evaluation says so, and the plan divides its seconds over them."""
-    import asyncrl.parallel
-
-    def parallel(source, seeds, processes, on_episode=None, **_):
-        assert processes == 2
-        now[0] += 6.0  # 4 episodes, 2 on each process, 3 s each
-        for i in range(len(seeds)):
-            on_episode(i, 5.0)
-
-    now = [0.0]
-    monkeypatch.setattr(asyncrl.parallel, "play_parallel", parallel)
-    monkeypatch.setattr(evaluation, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+def test_an_evaluation_under_way_at_the_stop_prices_its_waves_as_they_played(monkeypatch):
+    """Training stops while a screen plays on the evaluator's thread (4 episodes, 3 s): the
+    re-screen and the kept model's pair then play on the 2 processes it freed (Evaluator.
+    processes), 2 s and 10 s for 4 episodes each, 2 a process. On one they would have taken 4
+    and 20 s: the evaluation reports what the processes saved, and the plan prices each wave
+    as it played (not the 15 s over 8 episodes on one process, nor all of them as if on 2)."""
     spec, snap = _counter()
     ev = evaluation.Evaluator(spec, "a3c", COUNTER, {}, episodes=4, deterministic=True, seed=0)
-    ev.processes = 2
+    played = []
+
+    def on_play(where):  # the stop comes during the first play, as the supervisor sets it
+        played.append(where)
+        ev.processes = 2
+
+    _fake_plays(monkeypatch, iter([(3.0, 5.0), (2.0, 5.0), (10.0, 1.0)]), on_play)
+    ev.bar = lambda: 2.0  # the kept model's score: the screen's 5 beats it
+    ev.keep(snap)
     try:
         assert ev.submit(1, 100, 0.0, snap)
         (result,) = ev.wait()
     finally:
         ev.close()
-    assert (result.returns, result.seconds, result.processes) == ((5.0,) * 4, 6.0, 2)
+    assert played == ["thread", 2, 2]
+    assert result.stage == "re-screen" and result.kept_returns == (1.0,) * 4
+    assert (result.seconds, result.kept_seconds) == (15.0, 10.0)
+    assert (result.saved_seconds, result.kept_saved_seconds) == (2.0, 10.0)
     plan = _plan()
     plan.observe(result, training=False)
-    assert plan.per_episode == 3.0
+    # the latest model: 3 s and 4 s (on one) for its 8 episodes; the kept one: 20 s for 4
+    assert plan.per_episode == 7.0 / 8 and plan.kept_per_episode == 5.0
+    # and a confirmation prices its own waves, not its screen's
+    confirmation = dataclasses.replace(
+        _evaluation(seconds=9.0, episodes=8, confirmed=True, screen=1.0), saved_seconds=8.0
+    )
+    plan.observe(confirmation, training=False, kept=True)
+    assert plan.per_episode == plan.kept_per_episode == 2.0
 
 
 def test_a_model_at_the_freeing_price_ends_the_squeeze():

@@ -38,6 +38,8 @@ HELD_OUT_STREAM = 0x5C0E
 #: why :meth:`Evaluator._episodes` stopped short: the run's deadline came, or the seconds a
 #: screen before the stop that re-prices the reserve was given (``within``)
 OUT_OF_TIME, GAVE_UP = "out of time", "gave up"
+#: the stage of a re-screen's second play: the kept model's, on the same starts
+KEPT_PAIR = "re-screen of the kept model"
 #: The reset seeds are 32-bit, and their top bit says who plays them: clear for the evaluations
 #: during training (screens and confirmations, :func:`eval_seeds`), set for the re-scoring of
 #: the kept model after it (:func:`held_out_seeds`). The two sets are disjoint by construction,
@@ -112,9 +114,13 @@ class Evaluation:
     # a screen before the stop that re-prices the reserve (Evaluator.submit's ``within``) whose
     # model's episodes proved too long to free time: it stopped playing, and counts for nothing
     gave_up: bool = False
-    # the most processes its episodes played on: more than one once training has stopped and
-    # freed its cores (Evaluator.processes), where its seconds are those of waves side by side
-    processes: int = 1
+    # what the processes training freed saved it (Evaluator.processes): the seconds its plays
+    # on them would have taken on one, less theirs; of the latest model's episodes that
+    # ``seconds`` prices (a confirmation's, not its screen's), and of the kept model's pair.
+    # An evaluation under way at the stop plays its next waves on them: its waves on this
+    # thread and on the processes are priced each as they played (TimePlan.observe)
+    saved_seconds: float = 0.0
+    kept_saved_seconds: float = 0.0
 
     @property
     def mean(self) -> float:
@@ -202,7 +208,8 @@ class Evaluator:
         #: processes to play in (set once training has stopped and its cores are free): the
         #: evaluation under way plays its remaining episodes on them (asyncrl.parallel)
         self.processes = 1
-        self._played_on = 1  # the most processes the evaluation under way has played on
+        #: the seconds the processes saved each stage of the evaluation under way
+        self._saved: dict[str, float] = {}
         #: the evaluation under way, for a progress line: its stage ("screen" or
         #: "confirmation"), episodes ended, episodes planned, and its perf_counter start
         self.progress: tuple[str, int, int, float] | None = None
@@ -315,7 +322,7 @@ class Evaluator:
             while (request := self._requests.get()) is not None:
                 index, step, wall, snap, within = request
                 t0 = time.perf_counter()
-                self._played_on = 1
+                self._saved = {}
                 # every request gets an answer, failed or not: the run waits for the last one
                 try:
                     if policy is None:
@@ -329,7 +336,7 @@ class Evaluator:
                         index, step, wall, tuple(returns), seconds, snap, None,
                         stage == "confirmation", screen, cut is not None and not gave_up,
                         cut or 0, stage == "re-screen", tuple(pair), paired, gave_up,
-                        self._played_on,
+                        *self._saved_by(stage),
                     )  # fmt: skip
                 except Stopped:  # close(): nobody waits for this answer
                     break
@@ -339,6 +346,16 @@ class Evaluator:
         finally:
             for vec in waves.values():
                 vec.close()
+
+    def _saved_by(self, stage: str) -> tuple[float, float]:
+        """What the processes saved the evaluation just played, whose returns are ``stage``'s:
+        the latest model's episodes that price it (a confirmation's alone), and the kept
+        model's pair (:attr:`Evaluation.saved_seconds`)."""
+        pair = self._saved.get(KEPT_PAIR, 0.0)
+        own = self._saved.get(stage, 0.0)
+        if stage == "re-screen":
+            own += self._saved.get("screen", 0.0)
+        return own, pair
 
     def _policy(self) -> tuple[Policy, torch.Tensor]:
         """A network to load snapshots into, and its parameters as one flat tensor."""
@@ -394,7 +411,7 @@ class Evaluator:
         if not cut and kept is not None and kept_snap is not None:
             load_snapshot(kept[0].model, kept[1], kept_snap)
             pair, pair_cut = self._episodes(
-                "re-screen of the kept model", kept[0], envs_for, again,
+                KEPT_PAIR, kept[0], envs_for, again,
                 np.random.default_rng(draws), kept_snap,
             )  # fmt: skip
             if pair_cut:  # the new model's re-screen is whole: compared with the score instead
@@ -440,15 +457,24 @@ class Evaluator:
                 if self.processes > 1 and len(seeds) - at > 1:
                     from asyncrl.parallel import SnapshotPolicy, play_parallel
 
-                    self._played_on = max(self._played_on, self.processes)
                     source = SnapshotPolicy(
                         self.spec, self.algo, self.env_id, self.env_kwargs, snap
                     )
-                    play_parallel(
-                        source, seeds[at:], self.processes, deterministic=self.deterministic,
-                        rng_seed=(self.seed, _EVAL_STREAM, seeds[at]), stop=self._stop,
-                        deadline=deadline, on_episode=on_episode,
-                    )  # fmt: skip
+                    parallel_start = time.perf_counter()
+                    try:
+                        play_parallel(
+                            source, seeds[at:], self.processes, deterministic=self.deterministic,
+                            rng_seed=(self.seed, _EVAL_STREAM, seeds[at]), stop=self._stop,
+                            deadline=deadline, on_episode=on_episode,
+                        )  # fmt: skip
+                    finally:
+                        # each process plays its share of them, one after another (as
+                        # TimePlan.units counts): on one, they would have taken that many times
+                        # longer
+                        k = len(seeds) - at
+                        took = time.perf_counter() - parallel_start
+                        saved = took * (k / math.ceil(k / self.processes) - 1)
+                        self._saved[stage] = self._saved.get(stage, 0.0) + saved
                     break
                 wave = play_episodes(
                     policy, envs, seeds[at : at + envs.num_envs], self.deterministic, rng,

@@ -129,19 +129,18 @@ class TimePlan:
         seconds = ev.seconds - ev.screen_seconds if ev.confirmed else ev.seconds
         share = self.share() if training else 1.0
         # (a re-screen's evaluation played its screen and its re-screen, each as waves of
-        # their own, and then the kept model's episodes; one that went on after the stop, on
-        # the processes training freed, is priced as if it had played on them throughout: the
-        # waves it began on this thread make the price longer, never shorter than it was)
-        n = self.units(len(ev.returns), ev.processes)
+        # their own, and then the kept model's episodes; the waves played after the stop on
+        # the processes training freed, at the seconds they would have taken on one)
+        n = self.units(len(ev.returns), 1)
         own = n * (2 if ev.rescreened else 1)
-        self.per_episode = (seconds - ev.kept_seconds) / own / share
+        self.per_episode = (seconds - ev.kept_seconds + ev.saved_seconds) / own / share
         if kept:
             self.kept_per_episode = self.per_episode
             self.kept_length = self.measured_length
             self.contender_per_episode = self.contender_length = None
         else:
             if ev.kept_returns:
-                self.kept_per_episode = ev.kept_seconds / n / share
+                self.kept_per_episode = (ev.kept_seconds + ev.kept_saved_seconds) / n / share
             # (one played after the stop: its processes' seconds are not a screen's, and
             # the work it would price is under way)
             if ev.rescreened and training:

@@ -196,6 +196,9 @@ class Supervisor:
         self.snapshots: dict[int, WorkerSnapshot] = {}
         self.done: set[int] = set()
         self.stopping = False
+        # the workers have stopped, however the run ended (a step budget's end sets no
+        # ``stopping``): what plays now has the cores to itself
+        self.trained = False
         self.ckpt_kind, self.ckpt_every = cfg.checkpoint_interval()
         self.time_limit = cfg.time_limit_seconds()
         self.last_ckpt = (time.monotonic(), run.global_step())
@@ -503,7 +506,8 @@ class Supervisor:
         # the stop rule's promise: the model a solved run keeps is the one that met it
         best = self.monitor.evaluation(result, keep=solves)
         if self.plan is not None:
-            self.plan.observe(result, training=not self.stopping, kept=best, length=length)
+            training = not (self.stopping or self.trained)
+            self.plan.observe(result, training=training, kept=best, length=length)
         if best and self.save_best is not None:
             self.save_best(result)
         if best and self.evaluator is not None:  # a later re-screen plays it too
@@ -522,6 +526,7 @@ class Supervisor:
         the last. None after a signal (the user wants out), a fault (the final state is not
         trusted) or an evaluation that solved the task (best_model.pt holds its
         parameters)."""
+        self.trained = True
         ev, glob = self.evaluator, self.outcome.glob
         if ev is None:
             return
