@@ -735,6 +735,19 @@ def _fake_plays(monkeypatch, plays, on_play=None):
     monkeypatch.setattr(evaluation, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
 
 
+def _rescreened(ev, snap):
+    """The evaluation of ``snap`` by ``ev``, whose screen beats the kept model's score (2; the
+    kept model is ``snap`` too): a re-screen of both."""
+    ev.bar = lambda: 2.0
+    ev.keep(snap)
+    try:
+        assert ev.submit(1, 100, 0.0, snap)
+        (result,) = ev.wait()
+    finally:
+        ev.close()
+    return result
+
+
 def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
     """A clock the plays advance (not the machine's): the screen 3 s, the re-screen 3 s, the
     kept model's play of its starts 40 s. The evaluation reports the 46 s and the kept
@@ -743,13 +756,7 @@ def test_a_rescreen_times_the_kept_models_episodes_on_their_own(monkeypatch):
     spec, snap = _counter()
     _fake_plays(monkeypatch, iter([(3.0, 5.0), (3.0, 5.0), (40.0, 1.0)]))  # seconds, return
     ev = evaluation.Evaluator(spec, "a3c", COUNTER, {}, episodes=4, deterministic=True, seed=0)
-    ev.bar = lambda: 2.0  # the kept model's score: the screen's 5 beats it
-    ev.keep(snap)
-    try:
-        assert ev.submit(1, 100, 0.0, snap)
-        (result,) = ev.wait()
-    finally:
-        ev.close()
+    result = _rescreened(ev, snap)
     assert result.stage == "re-screen" and result.kept_returns == (1.0,) * 4
     assert (result.seconds, result.kept_seconds) == (46.0, 40.0)
     assert (result.saved_seconds, result.kept_saved_seconds) == (0.0, 0.0)
@@ -773,13 +780,7 @@ def test_an_evaluation_under_way_at_the_stop_prices_its_waves_as_they_played(mon
         ev.processes = 2
 
     _fake_plays(monkeypatch, iter([(3.0, 5.0), (2.0, 5.0), (10.0, 1.0)]), on_play)
-    ev.bar = lambda: 2.0  # the kept model's score: the screen's 5 beats it
-    ev.keep(snap)
-    try:
-        assert ev.submit(1, 100, 0.0, snap)
-        (result,) = ev.wait()
-    finally:
-        ev.close()
+    result = _rescreened(ev, snap)
     assert played == ["thread", 2, 2]
     assert result.stage == "re-screen" and result.kept_returns == (1.0,) * 4
     assert (result.seconds, result.kept_seconds) == (15.0, 10.0)
