@@ -20,7 +20,8 @@ A row's keys (absent where a run did not record them):
 - ``kept_model``, ``kept_model_return``, ``kept_model_episodes``, ``kept_model_cut_short``: the
   run's own re-scoring of the model it kept (summary.json's)
 - ``final_train_mean``, ``total_steps``, ``frames_per_second``, ``precision``,
-  ``process_seconds``: the run's end
+  ``process_seconds``: the run's end; ``train_seconds``, ``time_reserved_seconds``: when its
+  training stopped, and the reserve for the work after it that a time limit stopped it on
 - ``milestones``, ``half_seconds``, ``train_mean_at_half``, ``last_100_by_alignment``
 - ``curve_steps``/``curve``, ``curve_seconds``/``curve_by_time``, ``curve_by_alignment``,
   ``evaluations``: the curves (the mean of the last 100 training episodes on a grid of steps or

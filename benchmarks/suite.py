@@ -398,6 +398,10 @@ def shown(cmd: list[str]) -> str:
 
 #: a row's keys of the run's own re-scoring of its kept model (summary.json's)
 KEPT_KEYS = ("kept_model", "kept_model_return", "kept_model_episodes", "kept_model_cut_short")
+#: a row's keys of the run's time (summary.json's): when training stopped, and the reserve
+#: for the work after it that a time limit stopped it on (asyncrl.rescore), which the log does
+#: not tell where nothing was cut short
+TIME_KEYS = ("train_seconds", "time_reserved_seconds")
 
 
 def run_one(task: Task, seed: int, speed: dict | None = None) -> dict:
@@ -502,7 +506,7 @@ def measure(
         "model": policy.source.name if policy.source else "model.pt",
         "final_train_mean": summary.get("rolling_return"),
         # the run's own re-scoring of the model it kept, within its time (asyncrl.rescore)
-        **{k: summary.get(k) for k in KEPT_KEYS},
+        **{k: summary.get(k) for k in KEPT_KEYS + TIME_KEYS},
         "final_eval": statistics.fmean(returns),
         "final_eval_returns": returns,
         "curve_steps": grid.tolist(),

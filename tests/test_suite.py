@@ -175,6 +175,10 @@ def test_a_timed_task_measures_its_last_model_and_a_saved_run_can_be_measured(
     )  # fmt: skip
     untimed = suite.measure(kept, 0, run, "cmd", 1.0)
     assert untimed["model"] == "best_model.pt"
+    # when training stopped, and the reserve a time limit stops it on (none without one)
+    summary = suite.json.loads((run / "summary.json").read_text())
+    assert untimed["train_seconds"] == summary["train_seconds"] > 0
+    assert "time_reserved_seconds" in untimed and untimed["time_reserved_seconds"] is None
     assert suite.measure(timed, 0, run, "cmd", 1.0)["model"] == "model.pt"
     # the evaluations during training come with the row (the run directory goes)
     evals = untimed["evaluations"]
