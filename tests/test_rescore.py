@@ -16,7 +16,7 @@ import pytest
 
 import asyncrl
 import tests.envs_for_tests  # noqa: F401  (registers the envs)
-from asyncrl import evaluation
+from asyncrl import evaluation, rescore
 from asyncrl.cli import main
 from asyncrl.evaluation import HELD_OUT_BIT, eval_seeds, held_out_seeds
 from asyncrl.messages import Episodes, Finished, GlobalSnapshot
@@ -889,6 +889,54 @@ def test_the_kept_model_is_rescored_and_printed_first(run_dir, capsys):
     s = json.loads((run_dir.with_name("none") / "summary.json").read_text())
     assert s["kept_model"] is None and s["kept_model_episodes"] == 0
     assert "kept model" not in capsys.readouterr().out
+
+
+def test_a_cut_short_rescoring_keeps_the_waves_that_ended_whole():
+    """On 2 processes (play_parallel's dealing: evens on one, odds on the other) in waves of
+    16, the limit cuts each process's third wave after two of its short episodes ended: the
+    first two waves of each are kept, the cut ones' short episodes are not."""
+    ended = set(range(64)) | {66, 71}
+    assert rescore.whole_waves(ended, 100, 2, lambda n: min(n, 16)) == list(range(64))
+    # a last wave shorter than the rest counts once its episodes have ended; one process
+    # playing everything in one wave keeps none of a cut one
+    assert rescore.whole_waves(set(range(100)), 100, 2, lambda n: min(n, 16)) == list(range(100))
+    assert rescore.whole_waves(set(range(99)), 100, 1, lambda n: min(n, 128)) == []
+    # more processes than episodes: those with no share add nothing
+    assert rescore.whole_waves({0, 1}, 2, 4, lambda n: n) == [0, 1]
+
+
+def test_the_rescorings_mean_leaves_out_the_short_episodes_of_the_wave_the_limit_cut(
+    monkeypatch,
+):
+    """The kept model's re-scoring on one thread, Atari's waves of 16: the first two waves end
+    (return 10 each), then the limit comes while the third's two short games (return -21)
+    have ended. The summary's mean is the whole waves' (10 on 32 episodes), not pulled down
+    by the games that were short because they were lost."""
+
+    class Envs:
+        def close(self) -> None:
+            pass
+
+    policy = types.SimpleNamespace(
+        source=None, env_id="PongNoFrameskip-v4", eval_envs=lambda n, seed: Envs()
+    )
+    monkeypatch.setattr(rescore, "load", lambda run_dir: policy)
+
+    def play(policy, envs, seeds, deterministic, rng, stop=None, deadline=None, on_episode=None):
+        assert len(seeds) == 40
+        for i in range(32):
+            on_episode(i, 10.0)
+        on_episode(33, -21.0)
+        on_episode(35, -21.0)
+        raise OutOfTime
+
+    monkeypatch.setattr(rescore, "play_episodes", play)
+    lines: list[str] = []
+    done = rescore.rescore_kept_model("run", 0, 40, deadline=0.0, log=lines.append)
+    s = done.summary()
+    assert s["kept_model_cut_short"] and s["kept_model_episodes"] == 32
+    assert s["kept_model_return"] == 10.0 and s["kept_model_planned_episodes"] == 40
+    assert "34 of 40 episodes ended, 32 of them in waves that ended whole" in lines[-1]
 
 
 def test_a_time_limit_bounds_the_whole_process_and_records_what_it_cut(tmp_path):

@@ -372,7 +372,10 @@ def _kept_model_line(s: dict[str, Any]) -> str | None:
         return None
     n, planned = s["kept_model_episodes"], s["kept_model_planned_episodes"]
     if not n:
-        return f"kept model ({s['kept_model']}): no new episode ended before the time limit"
+        return (
+            f"kept model ({s['kept_model']}): the re-scoring was cut short before a wave of its "
+            "new episodes ended whole"
+        )
     short = " (the time limit cut the re-scoring short)" if s["kept_model_cut_short"] else ""
     of = f"{n} of {planned}" if n < planned else f"{n}"
     return (

@@ -567,11 +567,18 @@ def make_eval_vec_env(
     (natively vectorized where the env offers it: a tenth of the cost a step of separate
     envs has on CartPole). ``layout``: the observations packed into rows, as training's are
     (:func:`make_vec_env`)."""
-    spec = env_spec(env_id)
-    if not is_atari(spec):
-        return make_vec_env(env_id, min(episodes, EVAL_WAVE), seed, kwargs, layout, masked)
-    fns = [lambda: make_eval_env(env_id, seed, None, kwargs)] * min(episodes, EVAL_WAVE_ATARI)
+    wave = eval_wave(env_id, episodes)
+    if not is_atari(env_spec(env_id)):
+        return make_vec_env(env_id, wave, seed, kwargs, layout, masked)
+    fns = [lambda: make_eval_env(env_id, seed, None, kwargs)] * wave
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+
+
+def eval_wave(env_id: str, episodes: int) -> int:
+    """How many of ``episodes`` evaluation episodes play together (:func:`make_eval_vec_env`'s
+    envs): a wave, which :func:`asyncrl.policy.play_episodes` plays to its last episode's end
+    before the next."""
+    return min(episodes, EVAL_WAVE_ATARI if is_atari(env_spec(env_id)) else EVAL_WAVE)
 
 
 def reset_vec_env(env: gym.vector.VectorEnv, env_seeds: list[int]) -> tuple[Any, dict]:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from asyncrl.envs import EVAL_WAVE
+from asyncrl.envs import EVAL_WAVE, eval_wave
 from asyncrl.evaluation import HELD_OUT_STREAM, held_out_seeds
 from asyncrl.parallel import SavedPolicy, play_parallel, worth_processes
 from asyncrl.policy import OutOfTime, StopFlag, Stopped, load, play_episodes
@@ -382,6 +382,27 @@ class Rescored:
         }
 
 
+def whole_waves(
+    ended: dict[int, float] | set[int], episodes: int, processes: int, wave: Callable[[int], int]
+) -> list[int]:
+    """Which of the ``ended`` episodes (of ``episodes``, played on ``processes``) belong to a
+    wave that ended whole. Each process plays its share (every ``processes``-th episode, as
+    :func:`asyncrl.parallel.play_parallel` deals them; all of them on one) in waves of
+    ``wave(len(share))`` episodes played together, one after another: where a deadline cuts a
+    wave, the episodes of it that ended are its short ones (on Atari, mostly games lost
+    early), and their mean would lean towards them. The waves before it ended whatever their
+    games were."""
+    whole: list[int] = []
+    for k in range(processes):
+        share = list(range(k, episodes, processes))
+        size = wave(len(share)) if share else 1
+        for start in range(0, len(share), size):
+            members = share[start : start + size]
+            if all(i in ended for i in members):
+                whole += members
+    return sorted(whole)
+
+
 #: summary.json's fields of a run that re-scored nothing (--rescore-episodes 0, a fault, a signal)
 NOT_RESCORED: dict[str, Any] = {
     "kept_model": None,
@@ -429,7 +450,7 @@ def rescore_kept_model(
     done = threading.Event()
     shower = threading.Thread(target=show, name="asyncrl-rescore-progress", daemon=True)
     shower.start()
-    cut = False
+    cut, whole = False, []
     try:
         if processes > 1:
             play_parallel(
@@ -450,12 +471,17 @@ def rescore_kept_model(
     except (OutOfTime, Stopped) as e:
         cut = True
         why = "the time limit" if isinstance(e, OutOfTime) else "a signal"
-        log(f"re-scoring cut short by {why}: {len(ended)} of {episodes} episodes ended")
+        whole = whole_waves(ended, episodes, processes, lambda n: eval_wave(policy.env_id, n))
+        log(
+            f"re-scoring cut short by {why}: {len(ended)} of {episodes} episodes ended, "
+            f"{len(whole)} of them in waves that ended whole (the mean is theirs: a cut wave's "
+            "episodes that ended are its short ones)"
+        )
     finally:
         done.set()
         shower.join()
     seconds = time.perf_counter() - t0
-    returns = tuple(ended[i] for i in sorted(ended))
+    returns = tuple(ended[i] for i in (whole if cut else sorted(ended)))
     if not cut and seconds >= PROGRESS_EVERY:
         log(f"re-scored: {len(returns)}/{episodes} episodes in {seconds:.0f} s")
     return Rescored(name, returns, episodes, cut, seconds, processes)
