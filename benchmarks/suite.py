@@ -888,7 +888,8 @@ def estimate_section(
         finals = [r["final_eval"] for r in rs if r.get("final_eval") is not None]
         # (rows from before the store recorded it have none)
         kept = [r["kept_model_return"] for r in rs if r.get("kept_model_return") is not None]
-        # a re-scoring the limit cut short is of the games that ended first, maybe one
+        # a re-scoring the limit cut short is of fewer games (of the waves that ended whole;
+        # rows from before commit 3e9223a: of every game that ended), maybe none
         rescored = [r for r in rs if r.get("kept_model_return") is not None
                     or rescoring_cut_short(r)]  # fmt: skip
         short = sum(rescoring_cut_short(r) for r in rescored)
@@ -916,8 +917,8 @@ def estimate_section(
         ("final_eval", "the final evaluations (the suite's, of the last model, on starts no run "
          "saw)"),
         ("kept_model_return", "the kept models re-scored by their runs (best_model.pt, on 100 "
-         "starts no evaluation saw, within the hour, or the games that ended first where the "
-         "hour cut it short: the table counts them)"),
+         "starts no evaluation saw, within the hour, or fewer where the hour cut it short: the "
+         "table counts them)"),
     ):  # fmt: skip
         other = estimate_of(suite, rows, seeds, key)
         if other.value is not None:
